@@ -1,0 +1,1 @@
+# Hydra config package (shipped in the wheel as rlexp.conf).

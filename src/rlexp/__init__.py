@@ -1,0 +1,21 @@
+"""rlexp: reinforcement-learning experiments from YAML presets (TensorFlow 2, gymnasium, Hydra).
+
+Python API (no Hydra needed)::
+
+    from rlexp import make_envs, PPO
+    envs = make_envs("CartPole-v1", n_envs=8, seed=0)
+    agent = PPO(envs, n_steps=32, mini_batches=1)
+    agent.fit(max_steps=100_000, target_reward=475)
+"""
+from importlib import import_module
+from typing import Any
+
+__version__ = "0.1.0"
+_LAZY = {"make_envs": "rlexp.envs", "PPO": "rlexp.agents", "DQN": "rlexp.agents",
+         "ReplayBuffer": "rlexp.buffers", "FrameBuffer": "rlexp.buffers", "UserError": "rlexp.errors"}
+
+
+def __getattr__(name: str) -> Any:  # lazy: `import rlexp` must not pay TensorFlow's import time
+    if name in _LAZY:
+        return getattr(import_module(_LAZY[name]), name)
+    raise AttributeError(name)

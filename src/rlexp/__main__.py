@@ -1,0 +1,3 @@
+from rlexp.main import main
+
+main()

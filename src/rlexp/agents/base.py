@@ -1,0 +1,511 @@
+"""Shared training machinery: env stepping, episode bookkeeping, the fit loop, checkpoints, evaluation.
+
+Algorithms subclass `Agent` (or `OnPolicyAgent`) and implement only their own maths:
+`build` (models, optimizers), `train_iteration` (collect + update) and `policy` (actions for play).
+"""
+from __future__ import annotations
+
+import collections
+import json
+import logging
+import math
+import time
+from pathlib import Path
+from typing import Any, Mapping
+
+import gymnasium as gym
+import numpy as np
+import tensorflow as tf
+
+from rlexp.envs import is_image, space_kind
+from rlexp.errors import UserError
+from rlexp.files import write_atomic
+from rlexp.history import History, plot_history
+from rlexp.models import build_model
+from rlexp.progress import Progress
+
+log = logging.getLogger("rlexp")
+
+DEFAULT_MODELS = {"image": "nature_cnn", "vector": "mlp"}
+
+
+class TrainingDiverged(RuntimeError):
+    """A loss or parameter became NaN or infinite."""
+
+
+def load_model_preset(name: str) -> dict[str, Any]:
+    """Read conf/model/<name>.yaml from the installed package."""
+    from importlib import resources
+
+    import yaml
+
+    path = resources.files("rlexp.conf").joinpath("model", f"{name}.yaml")
+    if not path.is_file():
+        raise UserError(f"model preset {name!r} does not exist (see conf/model/)")
+    return yaml.safe_load(path.read_text())
+
+
+class Agent:
+    """Base agent: owns the loop (collect, train, log, save); algorithms override what differs.
+
+    Args:
+        envs: a gymnasium vector env (see `rlexp.envs.make_envs`).
+        model: a model preset (mapping) or preset name; None or 'auto' picks one from the observations.
+        buffer: a replay buffer (off-policy agents).
+        seed: seeds numpy, TensorFlow and Keras initialisers (None: nondeterministic).
+        gamma: discount factor.
+        lr, beta1, beta2, opt_epsilon: Adam's learning rate and parameters.
+        lr_schedule: 'constant' or 'linear' (decays to 0 at the fit's max_steps).
+        reward_buffer_size: episodes in the running mean reward.
+        divergence_monitoring_steps: steps after which plateau LR reduction and early stopping act (None: off).
+        plateau_reduce_factor: LR multiplier when the mean reward has not improved for
+            `plateau_reduce_patience` episodes; `early_stop_patience` such reductions in a row stop training.
+        log_frequency: episodes between progress log lines.
+        display_precision: decimals in printed rewards.
+        quiet: print nothing while training.
+        clip_rewards: learn from sign(reward) (returns are still reported unclipped).
+    """
+
+    action_spaces: tuple[str, ...] = ("discrete", "continuous")
+    off_policy = False
+
+    def __init__(self, envs: gym.vector.VectorEnv, model: Mapping[str, Any] | str | None = None,
+                 buffer: Any = None, *, seed: int | None = None, gamma: float = 0.99, lr: float = 7e-4,
+                 lr_schedule: str = "constant", beta1: float = 0.9, beta2: float = 0.999,
+                 opt_epsilon: float = 1e-7, reward_buffer_size: int = 100,
+                 divergence_monitoring_steps: int | None = None, plateau_reduce_factor: float = 0.9,
+                 plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
+                 display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False) -> None:
+        self.envs = envs
+        self.n_envs = envs.num_envs
+        self.observation_space = envs.single_observation_space
+        self.action_space = envs.single_action_space
+        self.action_kind = space_kind(self.action_space)
+        if self.action_kind not in self.action_spaces:
+            raise UserError(f"{type(self).__name__} does not support {self.action_kind} action spaces "
+                            f"({self.action_space})")
+        for name, value in dict(gamma=gamma, lr=lr).items():
+            if not 0 < float(value) <= 1:
+                raise UserError(f"agent.{name}={value} must be in (0, 1]")
+        if lr_schedule not in ("constant", "linear"):
+            raise UserError(f"agent.lr_schedule={lr_schedule!r} must be 'constant' or 'linear'")
+        self.gamma, self.lr, self.lr_schedule = float(gamma), float(lr), lr_schedule
+        self.beta1, self.beta2, self.opt_epsilon = float(beta1), float(beta2), float(opt_epsilon)
+        self.reward_buffer_size = int(reward_buffer_size)
+        self.divergence_monitoring_steps = divergence_monitoring_steps
+        self.plateau_reduce_factor, self.plateau_reduce_patience = float(plateau_reduce_factor), int(plateau_reduce_patience)
+        self.early_stop_patience = int(early_stop_patience)
+        self.log_frequency, self.display_precision, self.quiet = log_frequency, int(display_precision), bool(quiet)
+        self.clip_rewards = bool(clip_rewards)
+        self.seed = seed
+        self.buffer = buffer
+
+        self.image_obs = is_image(self.observation_space)
+        self.obs_dtype = np.uint8 if self.image_obs else np.float32
+        self.obs_shape = tuple(self.observation_space.shape)
+        self.n_actions = int(self.action_space.n) if self.action_kind == "discrete" else int(np.prod(self.action_space.shape))
+        self.model_preset = self._resolve_model(model)
+
+        self.rng = np.random.default_rng(seed)
+        self.tf_rng = tf.random.Generator.from_seed(seed) if seed is not None else tf.random.Generator.from_non_deterministic_state()
+        if buffer is not None:
+            buffer.rng = self.rng
+
+        # progress state (saved in checkpoints)
+        self.steps = 0
+        self.episodes = 0
+        self.train_time = 0.0
+        self.best_reward = -math.inf  # best running mean reward
+        self.rewards: collections.deque[float] = collections.deque(maxlen=self.reward_buffer_size)
+        self.lr_scale = 1.0  # plateau reductions
+        self.plateau_count = self.early_stop_count = 0
+        self.history = History()
+        self.max_steps = 1
+
+        self._episode_returns = np.zeros(self.n_envs)
+        self._finished: list[tuple[int, float]] = []
+        self._obs = self._reset_envs(seed)
+        self.build()
+
+    # ----- to implement in algorithms -------------------------------------------------------------
+    def build(self) -> None:
+        """Create models, optimizers and graph functions."""
+        raise NotImplementedError  # abstract
+
+    def train_iteration(self) -> dict[str, float]:
+        """Collect experience (through `env_step`) and update; return scalar metrics (losses)."""
+        raise NotImplementedError  # abstract
+
+    def policy(self, obs: tf.Tensor) -> tf.Tensor:
+        """Deterministic actions for a batch of observations (used by play and eval)."""
+        raise NotImplementedError  # abstract
+
+    def models(self) -> dict[str, Any]:
+        return {"model": self.model}
+
+    def optimizers(self) -> dict[str, Any]:
+        return {"model": self.optimizer}
+
+    def extra_variables(self) -> dict[str, tf.Variable]:
+        """tf.Variables saved in checkpoints besides model weights and optimizer state."""
+        return {}
+
+    # ----- building blocks ------------------------------------------------------------------------
+    def _resolve_model(self, model: Mapping[str, Any] | str | None) -> dict[str, Any]:
+        if model is None or isinstance(model, str):
+            name = model or "auto"
+            model = load_model_preset(name) if name != "auto" else {"name": "auto"}
+        model = dict(model)
+        if model.get("name") == "auto" or not model.get("layers"):
+            kind = "image" if self.image_obs else "vector"
+            model = load_model_preset(model.get(kind) or DEFAULT_MODELS[kind])
+        return model
+
+    def build_model(self, heads: Mapping[str, int], name: str = "model", preset: Mapping[str, Any] | None = None):
+        """A Keras model from the model preset with the given output heads (name -> units)."""
+        channels_first = self.image_obs and len(self.obs_shape) == 3 and self.obs_shape[0] < self.obs_shape[-1]
+        return build_model(preset or self.model_preset, self.obs_shape, heads, input_dtype=self.obs_dtype,
+                           channels_first=channels_first, name=name)
+
+    def make_optimizer(self):
+        import keras
+
+        return keras.optimizers.Adam(learning_rate=self.lr, beta_1=self.beta1, beta_2=self.beta2,
+                                     epsilon=self.opt_epsilon)
+
+    def current_lr(self) -> float:
+        frac = 1.0
+        if self.lr_schedule == "linear":
+            frac = max(1.0 - self.steps / max(self.max_steps, 1), 0.0)
+        return self.lr * frac * self.lr_scale
+
+    def _apply_lr(self) -> None:
+        lr = self.current_lr()
+        if lr != getattr(self, "_applied_lr", None):
+            for opt in self.optimizers().values():
+                opt.learning_rate = lr
+            self._applied_lr = lr
+
+    def _reset_envs(self, seed: int | None) -> np.ndarray:
+        obs, _ = self.envs.reset(seed=seed)
+        self._episode_returns[:] = 0
+        return obs.astype(self.obs_dtype, copy=False)
+
+    def env_step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
+        """Step all envs; track episodes. Returns obs, rewards, terminated, truncated, next_obs.
+
+        `next_obs` is the observation each transition led to (the final one at episode ends, whereas
+        `obs` is already the first observation of the next episode there).
+        """
+        env_actions = actions
+        if self.action_kind == "continuous":
+            env_actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        obs, rewards, terminated, truncated, info = self.envs.step(env_actions)
+        obs = obs.astype(self.obs_dtype, copy=False)
+        self._episode_returns += rewards
+        dones = terminated | truncated
+        next_obs = obs
+        if dones.any():
+            next_obs = obs.copy()
+            for i in np.flatnonzero(dones):
+                next_obs[i] = info["final_obs"][i]
+                self._finished.append((self.steps + int(i) + 1, float(self._episode_returns[i])))
+                self._episode_returns[i] = 0.0
+        self.steps += self.n_envs
+        self._obs = obs
+        if self.clip_rewards:
+            rewards = np.sign(rewards)
+        return obs, rewards.astype(np.float32), terminated, truncated, next_obs
+
+    # ----- the loop -------------------------------------------------------------------------------
+    @property
+    def mean_reward(self) -> float:
+        return float(np.mean(self.rewards)) if self.rewards else -math.inf
+
+    def _record_episodes(self, elapsed: float) -> bool:
+        """Turn finished episodes into history rows; plateau logic. Returns True if the mean improved."""
+        improved = False
+        monitoring = self.divergence_monitoring_steps is not None and self.steps >= float(self.divergence_monitoring_steps)
+        for step, ret in self._finished:
+            self.episodes += 1
+            self.rewards.append(ret)
+            mean = self.mean_reward
+            if mean > self.best_reward:
+                self.best_reward, improved = mean, True
+                self.plateau_count = self.early_stop_count = 0
+            elif monitoring:
+                self.plateau_count += 1
+                if self.plateau_count >= self.plateau_reduce_patience:
+                    self.plateau_count = 0
+                    self.early_stop_count += 1
+                    self.lr_scale *= self.plateau_reduce_factor
+                    log.info(f"plateau at step {step:,}: learning rate x{self.plateau_reduce_factor} -> {self.current_lr():.3g}")
+            self.history.append(self.episodes, step, elapsed, ret, mean, self.best_reward)
+        self._finished.clear()
+        return improved
+
+    def target_reached(self, target_reward: float | None) -> bool:
+        enough = len(self.rewards) >= min(self.reward_buffer_size, 10)
+        return target_reward is not None and enough and self.mean_reward >= float(target_reward)
+
+    def fit(self, max_steps: float, target_reward: float | None = None, run_dir: str | Path | None = None,
+            checkpoint_interval: float = 30.0, history_interval: float = 2.0, progress: str = "auto",
+            config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+        """Train until `max_steps` env steps, the target mean reward, or early stopping.
+
+        With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there.
+        Returns a summary: steps, seconds, reason, mean and best reward.
+        """
+        self.max_steps = int(float(max_steps))
+        run_dir = Path(run_dir) if run_dir else None
+        self.config = dict(config or {})
+        if run_dir is not None:
+            self.history.path = run_dir / "history.parquet"
+        bar = Progress(self.max_steps, "none" if self.quiet else progress, self.log_frequency or 10,
+                       self.display_precision, initial_steps=self.steps)
+        start_steps, reason = self.steps, "max_steps"
+        last_checkpoint = last_flush = last_best = time.perf_counter()
+        best_pending = False
+        session_start, base_time = time.perf_counter(), self.train_time
+        try:
+            while self.steps < self.max_steps:
+                if self.target_reached(target_reward):
+                    reason = "target_reward"
+                    break
+                if self.early_stop_count >= self.early_stop_patience > 0:
+                    reason = "early_stop"
+                    break
+                self._apply_lr()
+                metrics = self.train_iteration()
+                self.check_finite(metrics)
+                self.train_time = base_time + time.perf_counter() - session_start
+                best_pending |= self._record_episodes(self.train_time)
+                bar.update(self.steps, self.episodes, self.mean_reward, self.best_reward)
+                if run_dir is None:
+                    continue
+                now = time.perf_counter()
+                if best_pending and now - last_best >= 1.0:
+                    self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
+                    best_pending, last_best = False, now
+                if now - last_checkpoint >= checkpoint_interval:
+                    self.save(run_dir / "checkpoints" / "last.ckpt")
+                    last_checkpoint = last_flush = now
+                elif now - last_flush >= history_interval:
+                    self.history.flush()
+                    last_flush = now
+        finally:
+            bar.close()
+        if run_dir is not None:
+            if best_pending:
+                self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
+            self.save(run_dir / "checkpoints" / "last.ckpt")
+            if len(self.history):
+                plot_history({run_dir.name: self.history.frame()}, run_dir / "history.png")
+        seconds = self.train_time - base_time
+        return dict(steps=self.steps, seconds=seconds, steps_per_s=(self.steps - start_steps) / max(seconds, 1e-9),
+                    reason=reason, mean_reward=self.mean_reward, best_reward=self.best_reward, episodes=self.episodes)
+
+    def check_finite(self, metrics: Mapping[str, float]) -> None:
+        bad = [k for k, v in metrics.items() if not np.isfinite(v)]
+        if bad:
+            raise TrainingDiverged(f"non-finite {', '.join(bad)} at step {self.steps:,}")
+
+    # ----- acting, evaluation ---------------------------------------------------------------------
+    def act(self, obs: np.ndarray) -> np.ndarray:
+        """Deterministic actions for a batch of observations."""
+        if not hasattr(self, "_policy_fn"):
+            self._policy_fn = tf.function(self.policy)
+        actions = self._policy_fn(tf.convert_to_tensor(obs.astype(self.obs_dtype, copy=False))).numpy()
+        if self.action_kind == "continuous":
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        return actions
+
+    def evaluate(self, envs: gym.vector.VectorEnv, episodes: int) -> list[float]:
+        """Run `episodes` deterministic episodes, spread over the given envs (each env's first episodes)."""
+        n = envs.num_envs
+        quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
+        returns: list[float] = []
+        counted = np.zeros(n, int)
+        running = np.zeros(n)
+        obs, _ = envs.reset(seed=None if self.seed is None else self.seed + 10_000)
+        while (counted < quota).any():
+            obs, rewards, terminated, truncated, _ = envs.step(self.act(obs))
+            running += rewards
+            for i in np.flatnonzero(terminated | truncated):
+                if counted[i] < quota[i]:
+                    returns.append(float(running[i]))
+                    counted[i] += 1
+                running[i] = 0.0
+        return returns
+
+    # ----- checkpoints ----------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        return dict(agent=type(self).__name__, steps=self.steps, episodes=self.episodes, train_time=self.train_time,
+                    best_reward=self.best_reward, rewards=list(self.rewards), lr_scale=self.lr_scale,
+                    plateau_count=self.plateau_count, early_stop_count=self.early_stop_count,
+                    rng=self.rng.bit_generator.state, config=getattr(self, "config", {}),
+                    observation_shape=list(self.obs_shape), n_actions=self.n_actions)
+
+    def save(self, path: str | Path, full: bool = True) -> None:
+        """Write weights (and, if `full`, everything resume needs) atomically to one .ckpt (npz) file."""
+        arrays: dict[str, np.ndarray] = {}
+        for name, model in self.models().items():
+            for i, w in enumerate(model.get_weights()):
+                arrays[f"model/{name}/{i}"] = w
+        for name, var in self.extra_variables().items():
+            arrays[f"var/{name}"] = var.numpy()
+        if full:
+            for name, opt in self.optimizers().items():
+                for i, v in enumerate(opt.variables):
+                    arrays[f"opt/{name}/{i}"] = np.asarray(v)
+            arrays["tf_rng"] = self.tf_rng.state.numpy()
+            if self.buffer is not None:
+                for k, v in self.buffer.state_dict().items():
+                    arrays[f"buffer/{k}"] = v
+            for k, v in self.history.rows.items():
+                arrays[f"history/{k}"] = np.asarray(v)
+        state = self._state() | {"full": full}
+        arrays["state"] = np.frombuffer(json.dumps(state, default=float).encode(), np.uint8)
+        write_atomic(path, lambda f: np.savez(f, **arrays))
+        if full:
+            self.history.flush()
+
+    @staticmethod
+    def read_state(path: str | Path) -> dict[str, Any]:
+        """The JSON state stored in a checkpoint (agent name, steps, config, ...)."""
+        try:
+            with np.load(path) as data:
+                return json.loads(bytes(data["state"]).decode())
+        except (OSError, ValueError, KeyError, EOFError) as e:
+            raise UserError(f"checkpoint {path} is not a readable rlexp checkpoint ({type(e).__name__}); "
+                            "pick another run or retrain") from None
+
+    def load(self, path: str | Path, weights_only: bool = False) -> dict[str, Any]:
+        """Restore a checkpoint written by `save` (weights only, or the full training state)."""
+        state = self.read_state(path)
+        if state.get("agent") != type(self).__name__:
+            raise UserError(f"checkpoint {path} belongs to agent {state.get('agent')}, not {type(self).__name__}")
+        if tuple(state.get("observation_shape", self.obs_shape)) != self.obs_shape or state.get("n_actions") != self.n_actions:
+            raise UserError(f"checkpoint {path} was trained on another environment (observations "
+                            f"{tuple(state.get('observation_shape'))}, {state.get('n_actions')} actions)")
+        with np.load(path) as data:
+            for name, model in self.models().items():
+                model.set_weights([data[f"model/{name}/{i}"] for i in range(len(model.get_weights()))])
+            for name, var in self.extra_variables().items():
+                var.assign(data[f"var/{name}"])
+            if weights_only:
+                return state
+            if not state.get("full"):
+                raise UserError(f"checkpoint {path} holds weights only; resume from checkpoints/last.ckpt")
+            for name, opt in self.optimizers().items():
+                model_vars = self.trainable_variables(name)
+                if not opt.built:
+                    opt.build(model_vars)
+                for i, v in enumerate(opt.variables):
+                    v.assign(data[f"opt/{name}/{i}"])
+            self.tf_rng.reset(data["tf_rng"])
+            if self.buffer is not None:
+                self.buffer.load_state_dict({k[7:]: data[k] for k in data.files if k.startswith("buffer/")})
+            rows = {k[8:]: data[k].tolist() for k in data.files if k.startswith("history/")}
+        self.steps, self.episodes, self.train_time = int(state["steps"]), int(state["episodes"]), float(state["train_time"])
+        self.best_reward = float(state["best_reward"])
+        self.rewards.clear()
+        self.rewards.extend(state["rewards"])
+        self.lr_scale = float(state["lr_scale"])
+        self.plateau_count, self.early_stop_count = int(state["plateau_count"]), int(state["early_stop_count"])
+        self.rng.bit_generator.state = state["rng"]
+        if rows:
+            self.history.rows = {k: rows.get(k, []) for k in self.history.rows}
+            self.history._flushed = -1
+        return state
+
+    def trainable_variables(self, optimizer_name: str) -> list[tf.Variable]:
+        """The variables the named optimizer updates (default: the model of the same name)."""
+        return self.models()[optimizer_name].trainable_variables
+
+
+class OnPolicyAgent(Agent):
+    """Agents that learn from fresh rollouts of `n_steps` per env (A2C, PPO, TRPO).
+
+    The whole rollout runs in one graph call: the policy acts in TensorFlow, the envs step through
+    `tf.numpy_function`, and time-limit truncations are bootstrapped with the critic's value.
+    Subclasses provide `sample_action(obs) -> (actions, log_probs, values)` and `value(obs)`.
+    """
+
+    def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128, **kwargs) -> None:
+        if int(n_steps) < 1:
+            raise UserError(f"agent.n_steps={n_steps} must be at least 1")
+        self.n_steps = int(n_steps)
+        super().__init__(envs, model, buffer, **kwargs)
+
+    def sample_action(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        raise NotImplementedError  # abstract
+
+    def value(self, obs: tf.Tensor) -> tf.Tensor:
+        raise NotImplementedError  # abstract
+
+    def _numpy_step(self, actions: np.ndarray):
+        obs, rewards, terminated, truncated, next_obs = self.env_step(actions)
+        return obs, rewards, terminated, truncated & ~terminated, next_obs
+
+    def _build_rollout(self) -> None:
+        action_dtype = tf.int64 if self.action_kind == "discrete" else tf.float32
+        obs_dtype = tf.as_dtype(self.obs_dtype)
+        n_envs, obs_shape = self.n_envs, self.obs_shape
+
+        @tf.function
+        def rollout(obs: tf.Tensor):
+            arrays = {k: tf.TensorArray(dtype, self.n_steps) for k, dtype in
+                      dict(obs=obs_dtype, actions=action_dtype, log_probs=tf.float32, values=tf.float32,
+                           rewards=tf.float32, dones=tf.float32).items()}
+            for t in tf.range(self.n_steps):
+                actions, log_probs, values = self.sample_action(obs)
+                arrays["obs"] = arrays["obs"].write(t, obs)
+                arrays["actions"] = arrays["actions"].write(t, actions)
+                arrays["log_probs"] = arrays["log_probs"].write(t, log_probs)
+                arrays["values"] = arrays["values"].write(t, values)
+                obs, rewards, terminated, truncated, next_obs = tf.numpy_function(
+                    self._numpy_step, [actions], [obs_dtype, tf.float32, tf.bool, tf.bool, obs_dtype], stateful=True)
+                obs.set_shape((n_envs, *obs_shape))
+                next_obs.set_shape((n_envs, *obs_shape))
+                rewards.set_shape((n_envs,))
+                truncated.set_shape((n_envs,))
+                terminated.set_shape((n_envs,))
+                # time-limit truncation is not a terminal state: bootstrap with the value of the final obs
+                bootstrap = tf.cond(tf.reduce_any(truncated), lambda: self.value(next_obs),
+                                    lambda: tf.zeros((n_envs,)))
+                rewards = rewards + self.gamma * bootstrap * tf.cast(truncated, tf.float32)
+                arrays["rewards"] = arrays["rewards"].write(t, rewards)
+                arrays["dones"] = arrays["dones"].write(t, tf.cast(terminated | truncated, tf.float32))
+            batch = {k: v.stack() for k, v in arrays.items()}
+            batch["last_values"] = self.value(obs)
+            return obs, batch
+
+        self._rollout_fn = rollout
+
+    def collect(self) -> dict[str, tf.Tensor]:
+        """One rollout of n_steps x n_envs transitions, as [T, N, ...] tensors plus `last_values`."""
+        if not hasattr(self, "_rollout_fn"):
+            self._build_rollout()
+        obs, batch = self._rollout_fn(tf.convert_to_tensor(self._obs))
+        return batch
+
+
+def compute_gae(rewards: tf.Tensor, values: tf.Tensor, dones: tf.Tensor, last_values: tf.Tensor,
+                gamma: float, lam: float) -> tuple[tf.Tensor, tf.Tensor]:
+    """Generalised advantage estimation over [T, N] tensors. Returns (advantages, returns).
+
+    dones[t] marks that the episode ended at step t (no bootstrap from t+1).
+    """
+    n_steps = tf.shape(rewards)[0]
+    advantages = tf.TensorArray(tf.float32, n_steps)
+    gae = tf.zeros_like(last_values)
+    next_values = last_values
+    for t in tf.range(n_steps - 1, -1, -1):
+        not_done = 1.0 - dones[t]
+        delta = rewards[t] + gamma * next_values * not_done - values[t]
+        gae = delta + gamma * lam * not_done * gae
+        advantages = advantages.write(t, gae)
+        next_values = values[t]
+    advantages = advantages.stack()
+    return advantages, advantages + values

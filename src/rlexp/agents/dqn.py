@@ -1,0 +1,145 @@
+"""Deep Q-Network (Mnih et al. 2015) and Double DQN (van Hasselt et al. 2016), discrete actions."""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from rlexp.agents.base import Agent
+from rlexp.errors import UserError
+
+
+def q_targets(rewards: tf.Tensor, terminated: tf.Tensor, next_q_target: tf.Tensor, gamma: float,
+              next_q_online: tf.Tensor | None = None) -> tf.Tensor:
+    """One-step TD targets r + gamma * (1 - terminated) * Q'(s', a').
+
+    DQN takes a' = argmax Q_target(s'); Double DQN (`next_q_online` given) takes a' = argmax Q_online(s')
+    and evaluates it with the target network.
+    """
+    if next_q_online is None:
+        next_values = tf.reduce_max(next_q_target, axis=-1)
+    else:
+        best = tf.argmax(next_q_online, axis=-1)
+        next_values = tf.gather(next_q_target, best, batch_dims=1)
+    return rewards + gamma * (1.0 - terminated) * next_values
+
+
+class DQN(Agent):
+    """DQN / Double DQN with a replay buffer, epsilon-greedy exploration and a target network.
+
+    Args (besides `Agent`'s):
+        buffer: a `ReplayBuffer` or `FrameBuffer`; training starts when it holds `initial_size`.
+        double: use Double DQN targets.
+        epsilon_start, epsilon_end, epsilon_decay_steps: linear exploration schedule over env steps.
+        target_sync_steps: env steps between copies of the online weights to the target network.
+        train_freq: vector env steps collected between training phases.
+        gradient_steps: gradient updates per training phase (-1: one per collected transition).
+        grad_norm: global gradient-norm clip (None: off).
+    """
+
+    action_spaces = ("discrete",)
+    off_policy = True
+
+    def __init__(self, envs, model=None, buffer=None, *, double: bool = False, epsilon_start: float = 1.0,
+                 epsilon_end: float = 0.02, epsilon_decay_steps: int = 150000, target_sync_steps: int = 1000,
+                 train_freq: int = 4, gradient_steps: int = 1, grad_norm: float | None = 10.0, **kwargs) -> None:
+        if buffer is None:
+            from rlexp.buffers import ReplayBuffer
+
+            buffer = ReplayBuffer()
+        self.double = bool(double)
+        self.epsilon_start, self.epsilon_end = float(epsilon_start), float(epsilon_end)
+        self.epsilon_decay_steps = max(int(float(epsilon_decay_steps)), 1)
+        self.target_sync_steps = int(float(target_sync_steps))
+        self.train_freq = int(train_freq)
+        if self.train_freq < 1:
+            raise UserError(f"agent.train_freq={train_freq} must be at least 1")
+        self.gradient_steps = int(gradient_steps)
+        self.grad_norm = None if grad_norm is None else float(grad_norm)
+        self.last_sync = 0
+        super().__init__(envs, model, buffer, **kwargs)
+        if self.gradient_steps == -1:
+            self.gradient_steps = self.train_freq * self.n_envs
+
+    def build(self) -> None:
+        self.model = self.build_model({"q": self.n_actions}, name="q")
+        self.target = self.build_model({"q": self.n_actions}, name="q_target")
+        self.target.set_weights(self.model.get_weights())
+        self.optimizer = self.make_optimizer()
+        self.optimizer.build(self.model.trainable_variables)
+        self._collect_fn = tf.function(self._collect)
+        self._update_fn = tf.function(self._update)
+        self._sync_fn = tf.function(lambda: [t.assign(o) for t, o in zip(self.target.variables, self.model.variables)])
+
+    def models(self):
+        return {"model": self.model, "target": self.target}
+
+    def optimizers(self):
+        return {"model": self.optimizer}
+
+    def _state(self):
+        return super()._state() | {"last_sync": self.last_sync}
+
+    def load(self, path, weights_only: bool = False):
+        state = super().load(path, weights_only)
+        self.last_sync = int(state.get("last_sync", self.steps))
+        return state
+
+    @property
+    def epsilon(self) -> float:
+        frac = min(self.steps / self.epsilon_decay_steps, 1.0)
+        return self.epsilon_start + frac * (self.epsilon_end - self.epsilon_start)
+
+    def policy(self, obs):
+        return tf.argmax(self.model(obs), axis=-1)
+
+    # ----- collection: epsilon-greedy in the graph, env step + buffer write through numpy ---------
+    def _numpy_step(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        next_obs_returned, rewards, terminated, truncated, next_obs = self.env_step(actions)
+        self.buffer.add(obs, actions, rewards, next_obs, terminated, terminated | truncated)
+        return next_obs_returned
+
+    def _collect(self, obs: tf.Tensor, epsilon: tf.Tensor) -> tf.Tensor:
+        for _ in tf.range(self.train_freq):
+            greedy = tf.argmax(self.model(obs), axis=-1)
+            random = self.tf_rng.uniform([self.n_envs], 0, self.n_actions, dtype=tf.int64)
+            explore = self.tf_rng.uniform([self.n_envs]) < epsilon
+            actions = tf.where(explore, random, greedy)
+            next_obs = tf.numpy_function(self._numpy_step, [obs, actions], tf.as_dtype(self.obs_dtype), stateful=True)
+            next_obs.set_shape(obs.shape)
+            obs = next_obs
+        return obs
+
+    # ----- update ---------------------------------------------------------------------------------
+    def loss(self, obs, actions, rewards, next_obs, terminated):
+        """Huber loss between Q(s, a) and the (Double) DQN target."""
+        next_q_target = self.target(next_obs)
+        next_q_online = self.model(next_obs) if self.double else None
+        targets = tf.stop_gradient(q_targets(rewards, terminated, next_q_target, self.gamma, next_q_online))
+        q = tf.gather(self.model(obs), tf.cast(actions, tf.int64), batch_dims=1)
+        return tf.reduce_mean(tf.keras.losses.huber(targets[:, None], q[:, None]))
+
+    def _update(self, batch: dict[str, tf.Tensor]) -> tf.Tensor:
+        size = self.buffer.batch_size
+        total = tf.constant(0.0)
+        variables = self.model.trainable_variables
+        for g in tf.range(self.gradient_steps):
+            part = {k: v[g * size:(g + 1) * size] for k, v in batch.items()}
+            with tf.GradientTape() as tape:
+                loss = self.loss(part["obs"], part["actions"], part["rewards"], part["next_obs"], part["terminated"])
+            grads = tape.gradient(loss, variables)
+            if self.grad_norm is not None:
+                grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
+            self.optimizer.apply_gradients(zip(grads, variables))
+            total += loss
+        return total / tf.cast(self.gradient_steps, tf.float32)
+
+    def train_iteration(self) -> dict[str, float]:
+        self._collect_fn(tf.convert_to_tensor(self._obs), tf.constant(self.epsilon, tf.float32))
+        metrics = {"epsilon": self.epsilon}
+        if self.buffer.ready and self.gradient_steps > 0:
+            if self.steps - self.last_sync >= self.target_sync_steps:
+                self._sync_fn()
+                self.last_sync = self.steps
+            batch = self.buffer.sample(self.gradient_steps)
+            metrics["loss"] = float(self._update_fn(batch))
+        return metrics

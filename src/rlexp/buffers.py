@@ -1,0 +1,188 @@
+"""Replay buffers for off-policy agents: a general ring buffer and a frame-efficient one for Atari."""
+from __future__ import annotations
+
+import numpy as np
+
+from rlexp.errors import UserError
+
+
+def _check_sizes(max_size: int, initial_size: int | None, batch_size: int) -> int:
+    max_size, batch_size = int(max_size), int(batch_size)
+    initial = batch_size if initial_size is None else int(initial_size)
+    if max_size < 1 or batch_size < 1:
+        raise UserError(f"buffer.max_size={max_size} and buffer.batch_size={batch_size} must be at least 1")
+    if initial > max_size:
+        raise UserError(f"buffer.initial_size={initial} is greater than buffer.max_size={max_size}; "
+                        "lower initial_size or raise max_size")
+    if batch_size > max_size:
+        raise UserError(f"buffer.batch_size={batch_size} is greater than buffer.max_size={max_size}")
+    return max(initial, batch_size)
+
+
+class ReplayBuffer:
+    """Uniform replay over a numpy ring: the oldest transition is overwritten when full.
+
+    Args:
+        max_size: transitions kept.
+        initial_size: transitions needed before `ready` (None: batch_size).
+        batch_size: transitions per sampled batch.
+    """
+
+    def __init__(self, max_size: int = 10000, initial_size: int | None = None, batch_size: int = 32) -> None:
+        self.initial_size = _check_sizes(max_size, initial_size, batch_size)
+        self.max_size, self.batch_size = int(max_size), int(batch_size)
+        self.size = 0  # transitions held
+        self.index = 0  # next slot to write
+        self.rng = np.random.default_rng()
+        self.data: dict[str, np.ndarray] = {}
+
+    def _allocate(self, **example: np.ndarray) -> None:
+        # np.zeros is lazily committed by the OS: memory grows as the buffer fills
+        self.data = {k: np.zeros((self.max_size, *v.shape[1:]), v.dtype) for k, v in example.items()}
+
+    @property
+    def ready(self) -> bool:
+        return self.size >= self.initial_size
+
+    def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+            terminated: np.ndarray, dones: np.ndarray | None = None) -> None:
+        """Store a batch of transitions (one per env). `next_obs` is the final observation at episode ends."""
+        batch = dict(obs=obs, actions=actions, rewards=rewards.astype(np.float32), next_obs=next_obs,
+                     terminated=terminated.astype(np.float32))
+        if not self.data:
+            self._allocate(**batch)
+        n = len(obs)
+        slots = (self.index + np.arange(n)) % self.max_size
+        for key, value in batch.items():
+            self.data[key][slots] = value
+        self.index = int((self.index + n) % self.max_size)
+        self.size = min(self.size + n, self.max_size)
+
+    def sample(self, n_batches: int = 1) -> dict[str, np.ndarray]:
+        """`n_batches * batch_size` transitions drawn uniformly (with replacement)."""
+        idx = self.rng.integers(0, self.size, n_batches * self.batch_size)
+        return {k: v[idx] for k, v in self.data.items()}
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        state = {f"data/{k}": v[: self.size] for k, v in self.data.items()}
+        state.update(size=np.int64(self.size), index=np.int64(self.index))
+        return state
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.size, self.index = int(state["size"]), int(state["index"])
+        arrays = {k[5:]: v for k, v in state.items() if k.startswith("data/")}
+        if arrays:
+            self._allocate(**arrays)
+            for k, v in arrays.items():
+                self.data[k][: len(v)] = v
+
+    def nbytes_per_transition(self) -> int:
+        return int(sum(v[0].nbytes for v in self.data.values()))
+
+
+class FrameBuffer:
+    """Replay for stacked frames (N, H, W) that stores every frame once.
+
+    Each env has its own ring of entries; an entry holds the newest frame of the observation after a
+    transition, plus action, reward and `terminated`. Episode starts get an extra (non-sampleable) entry
+    with the reset frame. Stacks are rebuilt at sampling time, repeating the first frame of an episode
+    before its start (as gymnasium's FrameStackObservation pads at reset).
+    """
+
+    def __init__(self, max_size: int = 100000, initial_size: int | None = None, batch_size: int = 32) -> None:
+        self.initial_size = _check_sizes(max_size, initial_size, batch_size)
+        self.max_size, self.batch_size = int(max_size), int(batch_size)
+        self.rng = np.random.default_rng()
+        self.n_envs = self.capacity = self.stack = 0
+        self.size = 0  # sampleable transitions written (capped by the ring)
+
+    def _allocate(self, obs: np.ndarray, actions: np.ndarray) -> None:
+        self.n_envs, self.stack = len(obs), obs.shape[1]
+        self.capacity = self.max_size // self.n_envs + 1
+        if self.capacity <= self.stack + 1:
+            raise UserError(f"buffer.max_size={self.max_size} is too small for {self.n_envs} envs with "
+                            f"{self.stack} stacked frames")
+        shape = (self.n_envs, self.capacity)
+        self.frames = np.zeros((*shape, *obs.shape[2:]), np.uint8)
+        self.actions = np.zeros((*shape, *actions.shape[1:]), actions.dtype)
+        self.rewards = np.zeros(shape, np.float32)
+        self.terminated = np.zeros(shape, np.float32)
+        self.valid = np.zeros(shape, bool)  # a transition (not an episode-start entry)
+        self.episode_start = np.zeros(shape, np.int64)  # absolute index of the entry's episode start
+        self.written = np.zeros(self.n_envs, np.int64)  # absolute entries written per env
+        self.need_start = np.ones(self.n_envs, bool)
+
+    @property
+    def ready(self) -> bool:
+        return self.size >= self.initial_size
+
+    def _write(self, env: int, frame: np.ndarray, action, reward: float, terminated: float, valid: bool) -> None:
+        n = self.written[env]
+        slot = n % self.capacity
+        if valid:
+            start = self.episode_start[env, (n - 1) % self.capacity]
+        else:
+            start = n
+        self.frames[env, slot] = frame
+        self.actions[env, slot] = action
+        self.rewards[env, slot] = reward
+        self.terminated[env, slot] = terminated
+        self.valid[env, slot] = valid
+        self.episode_start[env, slot] = start
+        self.written[env] = n + 1
+
+    def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
+            terminated: np.ndarray, dones: np.ndarray | None = None) -> None:
+        """Store one transition per env; `dones` (terminated or truncated) marks the end of an episode."""
+        if not self.n_envs:
+            self._allocate(obs, actions)
+        dones = terminated if dones is None else dones
+        for env in range(self.n_envs):
+            if self.need_start[env]:
+                self._write(env, obs[env, -1], 0, 0.0, 0.0, valid=False)
+            self._write(env, next_obs[env, -1], actions[env], rewards[env], terminated[env], valid=True)
+            self.need_start[env] = bool(dones[env])
+        self.size = int(min(self.size + self.n_envs, self.max_size))
+
+    def _stacks(self, env: np.ndarray, n: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        offsets = np.arange(-self.stack, 1)  # frames n-stack .. n: obs uses the first `stack`, next_obs the last
+        absolute = np.maximum(n[:, None] + offsets, self.episode_start[env, n % self.capacity][:, None])
+        frames = self.frames[env[:, None], absolute % self.capacity]
+        return frames[:, :-1], frames[:, 1:]
+
+    def sample(self, n_batches: int = 1) -> dict[str, np.ndarray]:
+        """`n_batches * batch_size` transitions drawn uniformly from the sampleable entries."""
+        want = n_batches * self.batch_size
+        envs, entries = [], []
+        while sum(map(len, envs)) < want:
+            env = self.rng.integers(0, self.n_envs, 2 * want)
+            oldest = np.maximum(self.written[env] - self.capacity + self.stack + 1, 0)
+            n = oldest + (self.rng.random(2 * want) * (self.written[env] - oldest)).astype(np.int64)
+            keep = self.valid[env, n % self.capacity] & (n >= oldest)
+            envs.append(env[keep]), entries.append(n[keep])
+        env, n = np.concatenate(envs)[:want], np.concatenate(entries)[:want]
+        obs, next_obs = self._stacks(env, n)
+        slot = n % self.capacity
+        return dict(obs=obs, actions=self.actions[env, slot], rewards=self.rewards[env, slot], next_obs=next_obs,
+                    terminated=self.terminated[env, slot])
+
+    def state_dict(self) -> dict[str, np.ndarray]:
+        if not self.n_envs:
+            return {"size": np.int64(0)}
+        names = ("frames", "actions", "rewards", "terminated", "valid", "episode_start", "written")
+        return {"size": np.int64(self.size), "stack": np.int64(self.stack),
+                **{f"data/{k}": getattr(self, k) for k in names}}
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        self.size = int(state["size"])
+        if "data/frames" in state:
+            for k, v in state.items():
+                if k.startswith("data/"):
+                    setattr(self, k[5:], np.array(v))
+            self.n_envs, self.capacity = self.frames.shape[:2]
+            self.stack = int(state["stack"])
+            self.need_start = np.ones(self.n_envs, bool)  # envs are reset on resume
+
+    def nbytes_per_transition(self) -> int:
+        per_entry = self.frames[0, 0].nbytes + self.actions[0, 0].nbytes + 4 + 4 + 1 + 8
+        return int(per_entry * self.n_envs * self.capacity / max(self.max_size, 1))

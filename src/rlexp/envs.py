@@ -1,0 +1,84 @@
+"""Vectorised gymnasium environments, with Atari preprocessing from gymnasium's own wrappers."""
+from __future__ import annotations
+
+from typing import Any
+
+import gymnasium as gym
+import numpy as np
+
+from rlexp.errors import UserError
+
+try:  # ale-py registers the Atari ids (ROMs ship with it)
+    import ale_py
+
+    gym.register_envs(ale_py)
+except ImportError:  # pragma: no cover - ale-py is a dependency
+    pass
+
+
+def _atari_wrappers(screen_size: int, frame_stack: int, max_frame: bool, noop_max: int) -> list:
+    def preprocess(env: gym.Env) -> gym.Env:
+        env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4 if max_frame else 1,
+                                              screen_size=screen_size, grayscale_obs=True, scale_obs=False)
+        return gym.wrappers.FrameStackObservation(env, frame_stack) if frame_stack > 1 else env
+
+    return [preprocess]
+
+
+def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectorization: str = "sync",
+              preprocess: bool = False, max_frame: bool = True, frame_stack: int = 4, screen_size: int = 84,
+              noop_max: int = 30, max_episode_steps: int | None = None, render_mode: str | None = None,
+              kwargs: dict[str, Any] | None = None, **_: Any) -> gym.vector.VectorEnv:
+    """Build `n_envs` copies of `env_id`, stepped together, reset with `seed`.
+
+    Episodes restart automatically in the same step (`info["final_obs"]` holds the last observation).
+    `preprocess` applies Atari preprocessing (noop reset, max-and-skip, grayscale, resize, frame stack).
+    """
+    if n_envs < 1:
+        raise UserError(f"env.n_envs={n_envs} must be at least 1")
+    if vectorization not in ("sync", "async"):
+        raise UserError(f"env.vectorization={vectorization!r} must be 'sync' or 'async'")
+    make_kwargs = dict(kwargs or {})
+    wrappers = []
+    if preprocess:
+        make_kwargs.setdefault("frameskip", 1)  # AtariPreprocessing does the skipping
+        wrappers = _atari_wrappers(screen_size, frame_stack, max_frame, noop_max)
+    if max_episode_steps:
+        make_kwargs["max_episode_steps"] = int(max_episode_steps)
+    if render_mode:
+        make_kwargs["render_mode"] = render_mode
+    try:
+        gym.spec(env_id)
+    except gym.error.Error as e:
+        raise UserError(f"env.id={env_id!r} is not a registered gymnasium id ({e}); "
+                        "pick a preset (env=cartpole, env=pong, ...) or a registered id") from None
+    except ModuleNotFoundError as e:
+        raise UserError(f"env.id={env_id!r} needs a package that is not installed ({e.name})") from None
+    try:
+        envs = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode=vectorization, wrappers=wrappers,
+                            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **make_kwargs)
+    except (gym.error.DependencyNotInstalled, ModuleNotFoundError, ImportError) as e:
+        raise UserError(f"env.id={env_id!r} can't be built: {e}") from None
+    envs.reset(seed=seed)
+    return envs
+
+
+def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vector.VectorEnv:
+    """`make_envs` from an `env` config group (a mapping with id, n_envs, preprocess, ...)."""
+    params = dict(env_cfg)
+    params.update(overrides)
+    return make_envs(params.pop("id"), seed=seed, **params)
+
+
+def space_kind(space: gym.Space) -> str:
+    """'discrete' or 'continuous' (the action-space names agents declare)."""
+    if isinstance(space, gym.spaces.Discrete):
+        return "discrete"
+    if isinstance(space, gym.spaces.Box):
+        return "continuous"
+    return type(space).__name__
+
+
+def is_image(space: gym.Space) -> bool:
+    """True for image-like observations (H, W[, C]) or stacked frames (N, H, W)."""
+    return isinstance(space, gym.spaces.Box) and len(space.shape) >= 2 and space.dtype == np.uint8

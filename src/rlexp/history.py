@@ -1,0 +1,75 @@
+"""Training history: one row per finished episode, in history.parquet, and its plot."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+
+from rlexp.files import write_atomic
+
+COLUMNS = ("episode", "step", "time", "episode_reward", "mean_reward", "best_reward")
+
+
+class History:
+    """Episode rows kept in memory and flushed atomically to a parquet file."""
+
+    def __init__(self, path: str | Path | None = None) -> None:
+        self.path = Path(path) if path else None
+        self.rows: dict[str, list] = {c: [] for c in COLUMNS}
+        self._flushed = 0
+
+    def __len__(self) -> int:
+        return len(self.rows["step"])
+
+    def append(self, episode: int, step: int, time: float, episode_reward: float, mean_reward: float,
+               best_reward: float) -> None:
+        for key, value in zip(COLUMNS, (episode, step, time, episode_reward, mean_reward, best_reward)):
+            self.rows[key].append(value)
+
+    def frame(self) -> pd.DataFrame:
+        df = pd.DataFrame({c: np.asarray(v) for c, v in self.rows.items()})
+        return df.astype({"episode": "int64", "step": "int64", "time": "float64", "episode_reward": "float64",
+                          "mean_reward": "float64", "best_reward": "float64"})
+
+    def flush(self, force: bool = False) -> None:
+        """Rewrite the parquet file if rows were added since the last flush."""
+        if self.path is None or (len(self) == self._flushed and not force):
+            return
+        df = self.frame()
+        write_atomic(self.path, lambda f: df.to_parquet(f, index=False))
+        self._flushed = len(self)
+
+    @classmethod
+    def load(cls, path: str | Path, max_step: int | None = None) -> "History":
+        """Read a history file, keeping only rows up to `max_step` (the resumed checkpoint's step)."""
+        history = cls(path)
+        if Path(path).exists():
+            df = pd.read_parquet(path)
+            if max_step is not None:
+                df = df[df["step"] <= max_step]
+            history.rows = {c: df[c].tolist() for c in COLUMNS}
+            history._flushed = -1  # rewrite on next flush: rows after the checkpoint are dropped
+        return history
+
+
+def plot_history(histories: dict[str, pd.DataFrame], path: str | Path) -> None:
+    """Mean and episode return vs step and vs time, one line per run (xagents' plot_history)."""
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(1, 2, figsize=(12, 4.5))
+    for label, df in histories.items():
+        for ax, x in zip(axes, ("step", "time")):
+            line, = ax.plot(df[x], df["mean_reward"], label=f"{label} mean")
+            ax.plot(df[x], df["episode_reward"], color=line.get_color(), alpha=0.2, linewidth=0.8)
+    for ax, x in zip(axes, ("environment steps", "seconds")):
+        ax.set_xlabel(x)
+        ax.set_ylabel("return")
+        ax.grid(alpha=0.3)
+    axes[0].legend(fontsize="small")
+    fig.tight_layout()
+    write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
+    plt.close(fig)

@@ -1,0 +1,258 @@
+"""The rlexp command: `python -m rlexp [group=option ...] [key=value ...]` (train, play, eval; --multirun tunes)."""
+from __future__ import annotations
+
+import logging
+import os
+import sys
+from pathlib import Path
+from typing import Any
+
+import hydra
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from rlexp.errors import UserError
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported (lazily, in the task)
+
+log = logging.getLogger("rlexp")
+CHECKPOINT = Path("checkpoints") / "last.ckpt"
+
+
+def _setup_tensorflow(cfg: DictConfig) -> None:
+    """Quiet, lean TensorFlow: one inter-op thread (our graphs are sequential), seeded and deterministic."""
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    import keras
+    import tensorflow as tf
+
+    tf.get_logger().setLevel(logging.ERROR)
+    tf.config.threading.set_inter_op_parallelism_threads(1)
+    if cfg.run.tf_threads:
+        tf.config.threading.set_intra_op_parallelism_threads(int(cfg.run.tf_threads))
+    if cfg.seed is not None:
+        keras.utils.set_random_seed(int(cfg.seed))
+        tf.config.experimental.enable_op_determinism()
+
+
+def agent_class(target: str) -> type:
+    """The agent class named by a preset's `_target_`; only rlexp's agents may be built from YAML."""
+    from rlexp.agents import AGENTS
+
+    classes = {f"rlexp.agents.{cls.__name__}": cls for cls in AGENTS.values()}
+    classes.update({f"{cls.__module__}.{cls.__name__}": cls for cls in AGENTS.values()})
+    if target not in classes:
+        raise UserError(f"agent _target_ {target!r} is not an rlexp agent; use one of "
+                        f"{', '.join(sorted(f'rlexp.agents.{c.__name__}' for c in AGENTS.values()))}")
+    return classes[target]
+
+
+def check_pairing(cls: type, envs: Any, env_id: str) -> None:
+    """One line when the agent can't act in the env's action space, naming the agents that can."""
+    from rlexp.agents import AGENTS
+    from rlexp.envs import space_kind
+
+    kind = space_kind(envs.single_action_space)
+    if kind not in cls.action_spaces:
+        fits = sorted(name for name, c in AGENTS.items() if kind in c.action_spaces)
+        name = next((n for n, c in AGENTS.items() if c is cls), cls.__name__)
+        raise UserError(f"agent={name} does not support {kind} actions ({env_id}: {envs.single_action_space}); "
+                        f"agents that fit: {', '.join(fits) or 'none yet'}")
+
+
+def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None):
+    """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class)."""
+    from hydra.utils import instantiate
+
+    from rlexp.envs import env_from_config
+
+    cls = agent_class(cfg.agent._target_)
+    overrides = {"render_mode": render_mode} if render_mode else {}
+    if n_envs is not None:
+        overrides["n_envs"] = n_envs
+    envs = env_from_config(cfg.env, cfg.seed, **overrides)
+    check_pairing(cls, envs, cfg.env.id)
+    buffer = None
+    if cls.off_policy:
+        buffer_target = str(cfg.buffer.get("_target_", ""))
+        if not buffer_target.startswith("rlexp.buffers."):
+            raise UserError(f"buffer _target_ {buffer_target!r} is not an rlexp buffer (rlexp.buffers.ReplayBuffer "
+                            "or rlexp.buffers.FrameBuffer)")
+        buffer = instantiate(cfg.buffer)
+    model = OmegaConf.to_container(cfg.model, resolve=True)
+    agent = instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed,
+                        clip_rewards=bool(cfg.env.clip_rewards), _convert_="all")
+    return agent
+
+
+def _run_config(cfg: DictConfig) -> dict[str, Any]:
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container.pop("hydra", None)
+    return container
+
+
+def _original_cwd() -> Path:
+    try:
+        return Path(HydraConfig.get().runtime.cwd)
+    except ValueError:
+        return Path.cwd()
+
+
+def find_checkpoint(cfg: DictConfig, explicit: str | None) -> Path:
+    """The checkpoint to play: `+checkpoint` (a run dir or a .ckpt), else the newest matching run's."""
+    from rlexp.agents.base import Agent
+
+    if explicit:
+        path = Path(explicit).expanduser()
+        if not path.is_absolute():
+            path = _original_cwd() / path
+        if path.is_dir():
+            path = path / CHECKPOINT
+        if not path.exists():
+            raise UserError(f"+checkpoint={explicit}: {path} does not exist; pass a run dir "
+                            "(outputs/<date>/<time>_<agent>_<env>) or a .ckpt file")
+        return path
+    candidates = []
+    for root in ("outputs", "multirun"):
+        for ckpt in (_original_cwd() / root).glob(f"**/{CHECKPOINT}"):
+            candidates.append((ckpt.stat().st_mtime, ckpt))
+    for _, ckpt in sorted(candidates, reverse=True):
+        try:
+            stored = Agent.read_state(ckpt).get("config", {})
+        except UserError:
+            continue
+        if stored.get("agent", {}).get("_target_") == cfg.agent._target_ and stored.get("env", {}).get("id") == cfg.env.id:
+            return ckpt
+    name = HydraConfig.get().runtime.choices
+    raise UserError(f"no trained run of agent={name.get('agent')} on {cfg.env.id} under outputs/; train first "
+                    f"(python -m rlexp agent={name.get('agent')} env={name.get('env')}) or pass +checkpoint=<run dir>")
+
+
+def _stored_config(ckpt: Path, cfg: DictConfig) -> DictConfig:
+    """The config a checkpoint was trained with, with this command's run/play/mode/seed settings."""
+    from rlexp.agents.base import Agent
+
+    stored = Agent.read_state(ckpt).get("config")
+    if not stored:
+        raise UserError(f"checkpoint {ckpt} has no stored config; it was not written by `python -m rlexp`")
+    merged = OmegaConf.create(stored)
+    for key in ("mode", "run", "play"):
+        merged[key] = cfg[key]
+    return merged
+
+
+def _task_overrides() -> list[str]:
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+
+
+def train(cfg: DictConfig) -> float:
+    resume = cfg.get("resume")
+    if resume:
+        run_dir = Path(resume).expanduser()
+        run_dir = run_dir if run_dir.is_absolute() else _original_cwd() / run_dir
+        ckpt = run_dir / CHECKPOINT
+        if not ckpt.exists():
+            raise UserError(f"+resume={resume}: no checkpoint at {ckpt}; pass the run dir of a training run")
+        stored = _stored_config(ckpt, cfg)
+        changed = [o.split("=")[0] for o in _task_overrides()
+                   if o.split("=")[0].lstrip("+~").split(".")[0] in ("agent", "env", "model", "buffer")]
+        if changed:
+            raise UserError(f"+resume continues the run with its own settings; drop {', '.join(changed)} "
+                            "(only run.* can change on resume)")
+        cfg = stored
+    else:
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+    _setup_tensorflow(cfg)
+    agent = build_agent(cfg)
+    if resume:
+        state = agent.load(ckpt)
+        log.info(f"resumed {run_dir} at step {state['steps']:,} ({state['episodes']:,} episodes)")
+    if not cfg.agent.get("quiet"):
+        log.info(f"training {type(agent).__name__} on {cfg.env.id} ({cfg.env.n_envs} envs) -> {run_dir}")
+    summary = agent.fit(cfg.run.max_steps, cfg.run.target_reward, run_dir=run_dir,
+                        checkpoint_interval=float(cfg.run.checkpoint_interval),
+                        history_interval=float(cfg.run.history_interval), progress=cfg.run.progress,
+                        config=_run_config(cfg))
+    returns = evaluate(agent, cfg)
+    precision = int(cfg.agent.display_precision)
+    mean, std = _mean_std(returns)
+    log.info(f"done ({summary['reason']}): {summary['steps']:,} steps in {summary['seconds']:.1f} s "
+             f"({summary['steps_per_s']:,.0f} steps/s) | eval {mean:.{precision}f} ± {std:.{precision}f} "
+             f"over {len(returns)} episodes | run dir: {run_dir}")
+    agent.envs.close()
+    return mean
+
+
+def _mean_std(returns: list[float]) -> tuple[float, float]:
+    import numpy as np
+
+    return (float(np.mean(returns)), float(np.std(returns))) if returns else (float("nan"), float("nan"))
+
+
+def evaluate(agent, cfg: DictConfig) -> list[float]:
+    from rlexp.envs import env_from_config
+
+    episodes = int(cfg.run.eval_episodes)
+    if episodes <= 0:
+        return []
+    envs = env_from_config(cfg.env, cfg.seed, n_envs=min(episodes, 32), vectorization="sync")
+    try:
+        return agent.evaluate(envs, episodes)
+    finally:
+        envs.close()
+
+
+def play_or_eval(cfg: DictConfig) -> float:
+    from rlexp.play import play, writable_dir
+
+    ckpt = find_checkpoint(cfg, cfg.get("checkpoint"))
+    run_cfg = _stored_config(ckpt, cfg)
+    for key in ("video_dir", "frame_dir"):  # fail before loading anything
+        if cfg.get(key):
+            writable_dir(cfg[key], key)
+    _setup_tensorflow(run_cfg)
+    log.info(f"loaded {ckpt}")
+    precision = int(run_cfg.agent.display_precision)
+    if cfg.mode == "eval":
+        agent = build_agent(run_cfg, n_envs=1)
+        agent.load(ckpt, weights_only=True)
+        returns = evaluate(agent, run_cfg)
+        mean, std = _mean_std(returns)
+        log.info(f"eval: {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} episodes")
+        return mean
+    capture = bool(cfg.get("video_dir") or cfg.get("frame_dir"))
+    render_mode = "rgb_array" if capture else ("human" if cfg.get("render") else None)
+    agent = build_agent(run_cfg, n_envs=1, render_mode=render_mode)
+    agent.load(ckpt, weights_only=True)
+    returns = play(agent, agent.envs, episodes=int(cfg.play.episodes), video_dir=cfg.get("video_dir"),
+                   frame_dir=cfg.get("frame_dir"), frame_frequency=int(cfg.play.frame_frequency),
+                   frame_delay=float(cfg.play.frame_delay), render=bool(cfg.get("render")), fps=int(cfg.play.fps),
+                   name=f"{ckpt.parent.parent.name}")
+    agent.envs.close()
+    return _mean_std(returns)[0]
+
+
+MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval}
+
+
+@hydra.main(version_base="1.3", config_path="pkg://rlexp.conf", config_name="config")
+def main(cfg: DictConfig) -> float:
+    """Compose the config, dispatch `mode`, return the objective (mean evaluation return)."""
+    from rlexp.agents.base import TrainingDiverged
+
+    try:
+        if cfg.mode not in MODES:
+            raise UserError(f"mode={cfg.mode} is unknown; use one of {', '.join(MODES)}")
+        return MODES[cfg.mode](cfg)
+    except UserError as e:
+        log.error(f"error: {e}")
+        sys.exit(2)
+    except TrainingDiverged as e:
+        log.error(f"error: training diverged: {e}; the last good checkpoint is in checkpoints/last.ckpt")
+        sys.exit(1)
+
+
+if __name__ == "__main__":
+    main()
