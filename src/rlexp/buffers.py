@@ -11,11 +11,11 @@ def _check_sizes(max_size: int, initial_size: int | None, batch_size: int) -> in
     initial = batch_size if initial_size is None else int(initial_size)
     if max_size < 1 or batch_size < 1:
         raise UserError(f"buffer.max_size={max_size} and buffer.batch_size={batch_size} must be at least 1")
+    if batch_size > max_size:
+        raise UserError(f"buffer.batch_size={batch_size} is greater than buffer.max_size={max_size}")
     if initial > max_size:
         raise UserError(f"buffer.initial_size={initial} is greater than buffer.max_size={max_size}; "
                         "lower initial_size or raise max_size")
-    if batch_size > max_size:
-        raise UserError(f"buffer.batch_size={batch_size} is greater than buffer.max_size={max_size}")
     return max(initial, batch_size)
 
 

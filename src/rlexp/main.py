@@ -223,6 +223,8 @@ def play_or_eval(cfg: DictConfig) -> float:
         log.info(f"eval: {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} episodes")
         return mean
     capture = bool(cfg.get("video_dir") or cfg.get("frame_dir"))
+    if not cfg.get("render"):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # off-screen rendering needs no display
     render_mode = "rgb_array" if capture else ("human" if cfg.get("render") else None)
     agent = build_agent(run_cfg, n_envs=1, render_mode=render_mode)
     agent.load(ckpt, weights_only=True)

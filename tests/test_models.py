@@ -1,0 +1,50 @@
+"""Model building from presets: shapes, shared trunk, initialisers, errors."""
+import numpy as np
+import pytest
+import yaml
+from importlib import resources
+
+from rlexp.errors import UserError
+from rlexp.models import build_model
+
+
+def preset(name):
+    return yaml.safe_load(resources.files("rlexp.conf").joinpath("model", f"{name}.yaml").read_text())
+
+
+def test_mlp_builds_separate_towers_per_head():
+    model = build_model(preset("mlp"), (4,), {"policy": 2, "value": 1})
+    out = model(np.zeros((3, 4), np.float32))
+    assert [tuple(o.shape) for o in out] == [(3, 2), (3, 1)]
+    dense = [l for l in model.layers if l.__class__.__name__ == "Dense"]
+    assert len(dense) == 6  # 2 hidden layers per head + 2 heads
+
+
+def test_cnn_shares_the_trunk_and_scales_uint8():
+    model = build_model(preset("nature_cnn"), (4, 84, 84), {"policy": 6, "value": 1}, input_dtype=np.uint8,
+                        channels_first=True)
+    out = model(np.zeros((2, 4, 84, 84), np.uint8))
+    assert [tuple(o.shape) for o in out] == [(2, 6), (2, 1)]
+    assert sum(l.__class__.__name__ == "Conv2D" for l in model.layers) == 3
+    assert sum(l.__class__.__name__ == "Dense" for l in model.layers) == 3  # shared 512 + 2 heads
+    assert model.count_params() == 1_687_719  # Nature CNN with 6 + 1 outputs
+
+
+def test_orthogonal_gain_and_head_override():
+    model = build_model(preset("mlp"), (64,), {"policy": 64, "value": 1})
+    hidden = model.layers[1].kernel.numpy()  # first hidden layer: 64x64 orthogonal, gain sqrt(2)
+    np.testing.assert_allclose(hidden.T @ hidden, 2.0 * np.eye(64), atol=1e-4)
+    policy = model.get_layer("policy").kernel.numpy()
+    np.testing.assert_allclose(policy.T @ policy, 1e-4 * np.eye(64), atol=1e-6)  # gain 0.01
+
+
+def test_glorot_uniform_bounds():
+    model = build_model(preset("mlp_large"), (8,), {"q": 2})
+    kernel = model.layers[1].kernel.numpy()
+    limit = np.sqrt(6 / (8 + 256))
+    assert np.abs(kernel).max() <= limit and np.abs(kernel).max() > 0.8 * limit
+
+
+def test_cnn_on_vector_observations_is_a_user_error():
+    with pytest.raises(UserError, match="model=mlp"):
+        build_model(preset("nature_cnn"), (4,), {"q": 2})
