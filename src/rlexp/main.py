@@ -59,10 +59,21 @@ def check_pairing(cls: type, envs: Any, env_id: str) -> None:
                         f"agents that fit: {', '.join(fits) or 'none yet'}")
 
 
-def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None):
-    """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class)."""
+def _instantiate(node: Any, **kwargs: Any) -> Any:
+    """hydra.utils.instantiate, re-raising our own one-line errors instead of Hydra's wrapper."""
+    from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
+    try:
+        return instantiate(node, **kwargs)
+    except InstantiationException as e:
+        if isinstance(e.__cause__, UserError):
+            raise e.__cause__ from None
+        raise
+
+
+def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None):
+    """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class)."""
     from rlexp.envs import env_from_config
 
     cls = agent_class(cfg.agent._target_)
@@ -77,9 +88,9 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
         if not buffer_target.startswith("rlexp.buffers."):
             raise UserError(f"buffer _target_ {buffer_target!r} is not an rlexp buffer (rlexp.buffers.ReplayBuffer "
                             "or rlexp.buffers.FrameBuffer)")
-        buffer = instantiate(cfg.buffer)
+        buffer = _instantiate(cfg.buffer)
     model = OmegaConf.to_container(cfg.model, resolve=True)
-    agent = instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed,
+    agent = _instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed,
                         clip_rewards=bool(cfg.env.clip_rewards), _convert_="all")
     return agent
 

@@ -1,0 +1,135 @@
+"""End to end: the real CLI in a subprocess, from a directory outside the repository."""
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+pytestmark = pytest.mark.e2e
+TINY_PPO = ["run.max_steps=2048", "run.eval_episodes=2", "agent.n_steps=32", "env.n_envs=4"]
+
+
+def rlexp(cwd, *args, timeout=300):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", SDL_VIDEODRIVER="dummy")
+    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+def run_dirs(cwd):
+    return sorted(p.parent.parent for p in Path(cwd).glob("outputs/*/*/checkpoints/last.ckpt"))
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory):
+    """One tiny PPO CartPole run shared by the play / eval tests."""
+    cwd = tmp_path_factory.mktemp("work")
+    result = rlexp(cwd, *TINY_PPO, "seed=1")
+    assert result.returncode == 0, result.stdout + result.stderr
+    return cwd, result
+
+
+def test_train_writes_history_checkpoints_and_summary(trained):
+    cwd, result = trained
+    assert "done (max_steps)" in result.stdout and "eval" in result.stdout and "run dir:" in result.stdout
+    (run,) = run_dirs(cwd)
+    assert run.name.endswith("_ppo_cartpole")
+    df = pd.read_parquet(run / "history.parquet")
+    assert {"mean_reward", "best_reward", "episode_reward", "step", "time", "episode"} <= set(df.columns)
+    assert (np.diff(df["step"]) > 0).all()
+    assert (run / "history.png").exists() and (run / "checkpoints" / "best.ckpt").exists()
+
+
+def test_play_writes_a_readable_video_and_frames(trained):
+    cwd, _ = trained
+    result = rlexp(cwd, "mode=play", "+video_dir=videos", "+frame_dir=frames", "play.frame_frequency=5")
+    assert result.returncode == 0, result.stderr
+    assert "loaded" in result.stdout and "episode 1: return" in result.stdout
+    (video,) = (cwd / "videos").glob("*.mp4")
+    from moviepy import VideoFileClip
+
+    with VideoFileClip(str(video)) as clip:
+        assert clip.duration > 0
+    frames = list((cwd / "frames").glob("*.jpg"))
+    assert frames and all(int(f.stem.split("_")[-1]) % 5 == 0 for f in frames)
+
+
+def test_eval_prints_mean_and_std(trained):
+    cwd, _ = trained
+    result = rlexp(cwd, "mode=eval", "run.eval_episodes=3", f"+checkpoint={run_dirs(cwd)[0]}")
+    assert result.returncode == 0, result.stderr
+    assert "eval:" in result.stdout and "± " in result.stdout and "over 3 episodes" in result.stdout
+
+
+def test_same_seed_gives_identical_history(tmp_path):
+    for name in ("a", "b"):
+        (tmp_path / name).mkdir()
+        assert rlexp(tmp_path / name, *TINY_PPO, "seed=7", "run.eval_episodes=0").returncode == 0
+    a, b = (pd.read_parquet(run_dirs(tmp_path / n)[0] / "history.parquet") for n in ("a", "b"))
+    pd.testing.assert_frame_equal(a.drop(columns="time"), b.drop(columns="time"))
+
+
+def test_default_command_solves_cartpole(tmp_path):
+    result = rlexp(tmp_path, timeout=600)
+    assert result.returncode == 0, result.stderr
+    assert "done (target_reward)" in result.stdout, result.stdout[-2000:]
+
+
+@pytest.mark.parametrize("args", [
+    ["agent=dqn", "env=cartpole", "run.max_steps=1500", "buffer.initial_size=200", "agent.train_freq=64",
+     "agent.gradient_steps=8"],
+    ["agent=dqn", "agent.double=true", "run.max_steps=1500", "buffer.initial_size=200"],
+    ["agent=ppo", "env=pendulum", "run.max_steps=2048", "agent.n_steps=64", "agent.mini_batches=4"],
+    ["agent=ppo", "env=pong", "run.max_steps=512", "env.n_envs=2", "agent.n_steps=32", "env.max_episode_steps=300"],
+    ["agent=dqn", "env=pong", "run.max_steps=400", "buffer.initial_size=100", "buffer.max_size=1000",
+     "env.max_episode_steps=300"],
+], ids=["dqn", "ddqn", "ppo-continuous", "ppo-atari", "dqn-atari"])
+def test_agents_train_checkpoint_and_play(tmp_path, args):
+    result = rlexp(tmp_path, *args, "run.eval_episodes=1")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    play = rlexp(tmp_path, *args[:2], "mode=play")
+    assert play.returncode == 0 and "episode 1: return" in play.stdout, play.stderr[-2000:]
+
+
+def test_kill_then_resume_continues_the_history(tmp_path):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    args = ["agent=dqn", "run.max_steps=6000", "run.checkpoint_interval=0", "run.eval_episodes=1",
+            "agent.train_freq=64", "agent.gradient_steps=16", "buffer.initial_size=500"]
+    proc = subprocess.Popen([sys.executable, "-m", "rlexp", *args], cwd=tmp_path, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.time() + 120
+    while not run_dirs(tmp_path) and time.time() < deadline:
+        time.sleep(0.2)
+    time.sleep(1.5)
+    proc.send_signal(signal.SIGKILL)
+    proc.wait()
+    (run,) = run_dirs(tmp_path)
+    result = rlexp(tmp_path, f"+resume={run}", "run.max_steps=6000")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "resumed" in result.stdout
+    df = pd.read_parquet(run / "history.parquet")
+    assert (np.diff(df["step"]) > 0).all() and (np.diff(df["episode"]) == 1).all()
+    from rlexp.agents.base import Agent
+
+    assert Agent.read_state(run / "checkpoints" / "last.ckpt")["steps"] >= 6000
+
+
+@pytest.mark.parametrize("args, message", [
+    (["agent=dqn", "env=pendulum"], "agent=dqn does not support continuous actions"),
+    (["env.id=NoSuchEnv-v0"], "env.id='NoSuchEnv-v0' is not a registered gymnasium id"),
+    (["mode=play"], "train first"),
+    (["mode=play", "+checkpoint=no/such/run"], "does not exist"),
+    (["+resume=no/such/run"], "no checkpoint"),
+    (["buffer.initial_size=500", "buffer.max_size=100", "agent=dqn"], "initial_size=500 is greater"),
+    (["model=nature_cnn"], "conv layers but the observations are vectors"),
+], ids=["action-space", "env-id", "play-no-run", "missing-checkpoint", "missing-resume", "buffer-sizes", "cnn-on-vector"])
+def test_bad_input_is_one_clear_line(tmp_path, args, message):
+    result = rlexp(tmp_path, *args, "run.max_steps=100")
+    assert result.returncode == 2
+    assert message in result.stdout + result.stderr
+    assert "Traceback" not in result.stdout + result.stderr
+    assert not run_dirs(tmp_path)
