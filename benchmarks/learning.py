@@ -1,0 +1,65 @@
+"""Learning-quality benchmark: the default CLI command per case, several seeds, 20-episode deterministic eval.
+
+Usage: python benchmarks/learning.py [CASE ...] [--seeds 0 1 2]   (CASE names: see CASES)
+Each run goes through `python -m rlexp` (run dirs under benchmarks/runs/); prints a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+CASES = {  # name: (CLI args, threshold)
+    "ppo-cartpole": (["agent=ppo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
+    "dqn-cartpole": (["agent=dqn", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
+    "ppo-pendulum": (["agent=ppo", "env=pendulum", "run.max_steps=3e5", "run.target_reward=null"], -250),
+    "ppo-lunarlander": (["agent=ppo", "env=lunarlander", "run.max_steps=1e6", "run.target_reward=null"], 200),
+}
+SUMMARY = re.compile(r"done \((\w+)\): ([\d,]+) steps in ([\d.]+) s \(([\d,]+) steps/s\) \| eval (-?[\d.]+) ± ([\d.]+)"
+                     r".*run dir: (\S+)")
+
+
+def run(case: str, seed: int) -> dict:
+    args, threshold = CASES[case]
+    cwd = Path(__file__).parent / "runs"
+    cwd.mkdir(exist_ok=True)
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "rlexp", *args, f"seed={seed}", "run.progress=none"], cwd=cwd,
+                         capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    m = SUMMARY.search(out.stdout)
+    if out.returncode or not m:
+        return dict(case=case, seed=seed, error=(out.stderr or out.stdout)[-300:])
+    reason, steps, seconds, sps, mean, std, run_dir = m.groups()
+    return dict(case=case, seed=seed, steps=int(steps.replace(",", "")), train_s=float(seconds),
+                steps_per_s=int(sps.replace(",", "")), eval_mean=float(mean), eval_std=float(std), wall_s=round(wall, 1),
+                passed=float(mean) >= threshold, threshold=threshold, run_dir=run_dir)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cases", nargs="*", default=list(CASES))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    opts = parser.parse_args()
+    rows = []
+    for case in opts.cases:
+        for seed in opts.seeds:
+            row = run(case, seed)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    print("\n| case | seed | steps | train s | steps/s | eval (20 ep) | threshold | pass |")
+    print("|---|---|---|---|---|---|---|---|")
+    for r in rows:
+        if "error" in r:
+            print(f"| {r['case']} | {r['seed']} | error: {r['error']!r} |||||")
+        else:
+            print(f"| {r['case']} | {r['seed']} | {r['steps']:,} | {r['train_s']:.1f} | {r['steps_per_s']:,} | "
+                  f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f} | {r['threshold']} | {'yes' if r['passed'] else 'NO'} |")
+
+
+if __name__ == "__main__":
+    main()

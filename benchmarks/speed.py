@@ -1,0 +1,81 @@
+"""Speed benchmark: rlexp vs Stable-Baselines3 on the same work, alternating A B A B.
+
+Usage: python benchmarks/speed.py --sb3-python /path/to/sb3-venv/bin/python [--reps 3] [CASE ...]
+rlexp runs through the normal CLI with RL Zoo's hyperparameters (the tuned presets); SB3 runs
+../shared/bench/sb3_cases.py. Prints one JSON line per run and a Markdown table of medians.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+SB3_CASES = ROOT.parent / "shared" / "bench" / "sb3_cases.py"
+CASES = {  # same hyperparameters, networks, env steps and gradient updates as sb3_cases.py
+    "ppo-cartpole": ["agent=ppo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"],
+    "dqn-cartpole": ["agent=dqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null"],
+}
+SUMMARY = re.compile(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s .*\| eval (-?[\d.]+) ± ([\d.]+)")
+
+
+def run_rlexp(case: str, seed: int) -> dict:
+    cwd = ROOT / "benchmarks" / "runs"
+    cwd.mkdir(exist_ok=True)
+    start = time.perf_counter()
+    out = subprocess.run([sys.executable, "-m", "rlexp", *CASES[case], f"seed={seed}", "run.progress=none"],
+                         cwd=cwd, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    m = SUMMARY.search(out.stdout)
+    if not m:
+        raise SystemExit(out.stdout[-2000:] + out.stderr[-2000:])
+    steps, seconds, mean, std = m.groups()
+    return dict(tool="rlexp", case=case, seed=seed, seconds=float(seconds), steps=int(steps.replace(",", "")),
+                eval_mean=float(mean), eval_std=float(std), wall_s=round(wall, 2))
+
+
+def run_sb3(python: str, case: str, seed: int) -> dict:
+    start = time.perf_counter()
+    out = subprocess.run([python, str(SB3_CASES), case, str(seed)], capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if out.returncode:
+        raise SystemExit(out.stderr[-2000:])
+    row = json.loads(out.stdout.strip().splitlines()[-1])
+    return dict(tool="sb3", case=case, seed=seed, seconds=row["seconds"], steps=row["steps"],
+                eval_mean=row["eval_mean"], eval_std=row["eval_std"], wall_s=round(wall, 2))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cases", nargs="*", default=list(CASES))
+    parser.add_argument("--sb3-python", required=False)
+    parser.add_argument("--reps", type=int, default=3)
+    opts = parser.parse_args()
+    rows = []
+    for case in opts.cases:
+        for rep in range(opts.reps):
+            rows.append(run_rlexp(case, rep))
+            print(json.dumps(rows[-1]), flush=True)
+            if opts.sb3_python:
+                rows.append(run_sb3(opts.sb3_python, case, rep))
+                print(json.dumps(rows[-1]), flush=True)
+    print("\n| case | tool | train s (median) | steps/s | eval mean (median) | wall s (median) | SB3 time / rlexp time |")
+    print("|---|---|---|---|---|---|---|")
+    for case in opts.cases:
+        med = {tool: [r for r in rows if r["case"] == case and r["tool"] == tool] for tool in ("rlexp", "sb3")}
+        secs = {tool: statistics.median(r["seconds"] for r in rs) for tool, rs in med.items() if rs}
+        for tool, rs in med.items():
+            if not rs:
+                continue
+            ratio = f"{secs['sb3'] / secs['rlexp']:.2f}x" if tool == "rlexp" and "sb3" in secs else ""
+            print(f"| {case} | {tool} | {secs[tool]:.1f} | {rs[0]['steps'] / secs[tool]:,.0f} | "
+                  f"{statistics.median(r['eval_mean'] for r in rs):.1f} | "
+                  f"{statistics.median(r['wall_s'] for r in rs):.1f} | {ratio} |")
+
+if __name__ == "__main__":
+    main()
