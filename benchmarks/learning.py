@@ -15,7 +15,8 @@ from pathlib import Path
 
 CASES = {  # name: (CLI args, threshold)
     "ppo-cartpole": (["agent=ppo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
-    "dqn-cartpole": (["agent=dqn", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
+    "dqn-cartpole": (["agent=dqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null"], 475),  # Zoo budget
+    "dqn-cartpole-100k": (["agent=dqn", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
     "ppo-pendulum": (["agent=ppo", "env=pendulum", "run.max_steps=3e5", "run.target_reward=null"], -250),
     "ppo-lunarlander": (["agent=ppo", "env=lunarlander", "run.max_steps=1e6", "run.target_reward=null"], 200),
 }
