@@ -1,0 +1,58 @@
+"""The base loop's bookkeeping: plateau LR reduction, early stopping, target reward, truncation bootstrap."""
+import numpy as np
+
+from rlexp.agents import PPO
+from rlexp.envs import make_envs
+
+
+def make_agent(**kwargs):
+    return PPO(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, n_steps=8, mini_batches=1, **kwargs)
+
+
+def test_plateau_reduces_lr_and_early_stop_counts():
+    agent = make_agent(divergence_monitoring_steps=0, plateau_reduce_patience=2, plateau_reduce_factor=0.5,
+                       early_stop_patience=2, reward_buffer_size=1, lr=1e-3)
+    agent._finished = [(1, 10.0), (2, 5.0), (3, 5.0)]  # best 10, then two episodes without improvement
+    agent._record_episodes(0.0)
+    assert agent.lr_scale == 0.5 and agent.early_stop_count == 1 and agent.current_lr() == 5e-4
+    agent._finished = [(4, 5.0), (5, 5.0)]
+    agent._record_episodes(0.0)
+    assert agent.early_stop_count == 2
+    summary = agent.fit(max_steps=10_000, progress="none")
+    assert summary["reason"] == "early_stop" and summary["steps"] == 0
+    assert agent.history.rows["best_reward"] == [10.0] * 5
+
+
+def test_no_plateau_logic_before_monitoring_steps():
+    agent = make_agent(divergence_monitoring_steps=1e9, plateau_reduce_patience=1, reward_buffer_size=1)
+    agent._finished = [(1, 10.0), (2, 1.0), (3, 1.0)]
+    agent._record_episodes(0.0)
+    assert agent.lr_scale == 1.0 and agent.early_stop_count == 0
+
+
+def test_target_reward_needs_enough_episodes():
+    agent = make_agent(reward_buffer_size=100)
+    agent.rewards.extend([500.0] * 9)
+    assert not agent.target_reached(475)
+    agent.rewards.append(500.0)
+    assert agent.target_reached(475) and not agent.target_reached(None)
+
+
+def test_rollout_shapes_and_truncation_bootstrap():
+    envs = make_envs("CartPole-v1", n_envs=2, seed=0, max_episode_steps=5)  # every episode is truncated at 5
+    agent = PPO(envs, seed=0, n_steps=12, mini_batches=1, gamma=0.5)
+    batch = agent.collect()
+    assert batch["obs"].shape == (12, 2, 4) and batch["rewards"].shape == (12, 2)
+    rewards = batch["rewards"].numpy()
+    dones = batch["dones"].numpy()
+    # truncated steps get reward 1 + gamma * V(final obs): not exactly 1; other steps exactly 1
+    assert np.all(rewards[dones == 0] == 1.0) and np.all(rewards[dones == 1] != 1.0)
+    assert agent.steps == 24 and agent.episodes == 0 and len(agent._finished) == 4
+
+
+def test_async_vectorization_trains():
+    envs = make_envs("CartPole-v1", n_envs=2, seed=0, vectorization="async")
+    agent = PPO(envs, seed=0, n_steps=16, mini_batches=2)
+    summary = agent.fit(max_steps=64, progress="none")
+    envs.close()
+    assert summary["steps"] == 64
