@@ -11,7 +11,7 @@ from importlib import import_module
 from typing import Any
 
 __version__ = "0.1.0"
-_LAZY = {"make_envs": "rlexp.envs", "PPO": "rlexp.agents", "DQN": "rlexp.agents",
+_LAZY = {"make_envs": "rlexp.envs", **{name: "rlexp.agents" for name in ("A2C", "ACER", "DDPG", "DQN", "PPO", "TD3", "TRPO")},
          "ReplayBuffer": "rlexp.buffers", "FrameBuffer": "rlexp.buffers", "UserError": "rlexp.errors"}
 
 

@@ -1,8 +1,9 @@
 """Algorithms: the shared machinery lives in `base`; one file per algorithm."""
+from rlexp.agents.a2c import A2C
 from rlexp.agents.base import Agent, OnPolicyAgent
 from rlexp.agents.dqn import DQN
 from rlexp.agents.ppo import PPO
 
-AGENTS: dict[str, type[Agent]] = {"ppo": PPO, "dqn": DQN}
+AGENTS: dict[str, type[Agent]] = {"a2c": A2C, "dqn": DQN, "ppo": PPO}
 
-__all__ = ["AGENTS", "Agent", "OnPolicyAgent", "DQN", "PPO"]
+__all__ = ["AGENTS", "Agent", "OnPolicyAgent", "A2C", "DQN", "PPO"]

@@ -17,6 +17,7 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
+from rlexp.agents import distributions as D
 from rlexp.envs import is_image, space_kind
 from rlexp.errors import UserError
 from rlexp.files import write_atomic
@@ -25,9 +26,6 @@ from rlexp.models import build_model
 from rlexp.progress import Progress
 
 log = logging.getLogger("rlexp")
-
-DEFAULT_MODELS = {"image": "nature_cnn", "vector": "mlp"}
-
 
 class TrainingDiverged(RuntimeError):
     """A loss or parameter became NaN or infinite."""
@@ -56,6 +54,7 @@ class Agent:
         gamma: discount factor.
         lr, beta1, beta2, opt_epsilon: Adam's learning rate and parameters.
         lr_schedule: 'constant' or 'linear' (decays to 0 at the fit's max_steps).
+        optimizer: 'adam' or 'rmsprop' (RMSprop with rho 0.99 and `opt_epsilon`, as in A2C papers and SB3).
         reward_buffer_size: episodes in the running mean reward.
         divergence_monitoring_steps: steps after which plateau LR reduction and early stopping act (None: off).
         plateau_reduce_factor: LR multiplier when the mean reward has not improved for
@@ -68,10 +67,12 @@ class Agent:
 
     action_spaces: tuple[str, ...] = ("discrete", "continuous")
     off_policy = False
+    default_models = {"image": "nature_cnn", "vector": "mlp"}  # what model=auto builds
+    lr_schedules: tuple[str, ...] = ("constant", "linear")
 
     def __init__(self, envs: gym.vector.VectorEnv, model: Mapping[str, Any] | str | None = None,
                  buffer: Any = None, *, seed: int | None = None, gamma: float = 0.99, lr: float = 7e-4,
-                 lr_schedule: str = "constant", beta1: float = 0.9, beta2: float = 0.999,
+                 lr_schedule: str = "constant", optimizer: str = "adam", beta1: float = 0.9, beta2: float = 0.999,
                  opt_epsilon: float = 1e-7, reward_buffer_size: int = 100,
                  divergence_monitoring_steps: int | None = None, plateau_reduce_factor: float = 0.9,
                  plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
@@ -87,9 +88,12 @@ class Agent:
         for name, value in dict(gamma=gamma, lr=lr).items():
             if not 0 < float(value) <= 1:
                 raise UserError(f"agent.{name}={value} must be in (0, 1]")
-        if lr_schedule not in ("constant", "linear"):
-            raise UserError(f"agent.lr_schedule={lr_schedule!r} must be 'constant' or 'linear'")
-        self.gamma, self.lr, self.lr_schedule = float(gamma), float(lr), lr_schedule
+        if lr_schedule not in self.lr_schedules:
+            raise UserError(f"agent.lr_schedule={lr_schedule!r} must be one of {', '.join(self.lr_schedules)} "
+                            f"for {type(self).__name__}")
+        if optimizer not in ("adam", "rmsprop"):
+            raise UserError(f"agent.optimizer={optimizer!r} must be 'adam' or 'rmsprop'")
+        self.gamma, self.lr, self.lr_schedule, self.optimizer_name = float(gamma), float(lr), lr_schedule, optimizer
         self.beta1, self.beta2, self.opt_epsilon = float(beta1), float(beta2), float(opt_epsilon)
         self.reward_buffer_size = int(reward_buffer_size)
         self.divergence_monitoring_steps = divergence_monitoring_steps
@@ -118,6 +122,7 @@ class Agent:
         self.best_reward = -math.inf  # best running mean reward
         self.rewards: collections.deque[float] = collections.deque(maxlen=self.reward_buffer_size)
         self.lr_scale = 1.0  # plateau reductions
+        self.adaptive_scale = 1.0  # lr_schedule=kl_adaptive
         self.plateau_count = self.early_stop_count = 0
         self.history = History()
         self.max_steps = 1
@@ -158,11 +163,19 @@ class Agent:
         model = dict(model)
         if model.get("name") == "auto" or not model.get("layers"):
             kind = "image" if self.image_obs else "vector"
-            model = load_model_preset(model.get(kind) or DEFAULT_MODELS[kind])
+            model = load_model_preset(model.get(kind) or self.default_models[kind])
         return model
 
-    def build_model(self, heads: Mapping[str, int], name: str = "model", preset: Mapping[str, Any] | None = None):
-        """A Keras model from the model preset with the given output heads (name -> units)."""
+    def build_model(self, heads: Mapping[str, int], name: str = "model", preset: Mapping[str, Any] | None = None,
+                    extra_inputs: int = 0):
+        """A Keras model from the model preset with the given output heads (name -> units).
+
+        extra_inputs: features appended to (vector) observations, e.g. the action of a Q(s, a) critic.
+        """
+        if extra_inputs:
+            if len(self.obs_shape) != 1:
+                raise UserError(f"{type(self).__name__} needs vector observations, got shape {self.obs_shape}")
+            return build_model(preset or self.model_preset, (self.obs_shape[0] + extra_inputs,), heads, name=name)
         channels_first = self.image_obs and len(self.obs_shape) == 3 and self.obs_shape[0] < self.obs_shape[-1]
         return build_model(preset or self.model_preset, self.obs_shape, heads, input_dtype=self.obs_dtype,
                            channels_first=channels_first, name=name)
@@ -170,6 +183,8 @@ class Agent:
     def make_optimizer(self):
         import keras
 
+        if self.optimizer_name == "rmsprop":
+            return keras.optimizers.RMSprop(learning_rate=self.lr, rho=0.99, epsilon=self.opt_epsilon)
         return keras.optimizers.Adam(learning_rate=self.lr, beta_1=self.beta1, beta_2=self.beta2,
                                      epsilon=self.opt_epsilon)
 
@@ -177,7 +192,7 @@ class Agent:
         frac = 1.0
         if self.lr_schedule == "linear":
             frac = max(1.0 - self.steps / max(self.max_steps, 1), 0.0)
-        return self.lr * frac * self.lr_scale
+        return self.lr * frac * self.lr_scale * self.adaptive_scale
 
     def _apply_lr(self) -> None:
         lr = self.current_lr()
@@ -342,6 +357,7 @@ class Agent:
     def _state(self) -> dict[str, Any]:
         return dict(agent=type(self).__name__, steps=self.steps, episodes=self.episodes, train_time=self.train_time,
                     best_reward=self.best_reward, rewards=list(self.rewards), lr_scale=self.lr_scale,
+                    adaptive_scale=self.adaptive_scale,
                     plateau_count=self.plateau_count, early_stop_count=self.early_stop_count,
                     rng=self.rng.bit_generator.state, config=getattr(self, "config", {}),
                     observation_shape=list(self.obs_shape), n_actions=self.n_actions)
@@ -412,6 +428,7 @@ class Agent:
         self.rewards.clear()
         self.rewards.extend(state["rewards"])
         self.lr_scale = float(state["lr_scale"])
+        self.adaptive_scale = float(state.get("adaptive_scale", 1.0))
         self.plateau_count, self.early_stop_count = int(state["plateau_count"]), int(state["early_stop_count"])
         self.rng.bit_generator.state = state["rng"]
         if rows:
@@ -427,68 +444,162 @@ class Agent:
 class OnPolicyAgent(Agent):
     """Agents that learn from fresh rollouts of `n_steps` per env (A2C, PPO, TRPO).
 
-    The whole rollout runs in one graph call: the policy acts in TensorFlow, the envs step through
-    `tf.numpy_function`, and time-limit truncations are bootstrapped with the critic's value.
-    Subclasses provide `sample_action(obs) -> (actions, log_probs, values)` and `value(obs)`.
+    The rollout runs in the graph: the policy acts in TensorFlow, the envs step through
+    `tf.numpy_function`, and time-limit truncations are bootstrapped with the critic's value. Several
+    rollout + update cycles run in one graph call (at least `STEPS_PER_CALL` env steps), so small
+    rollouts (A2C's 5 steps) don't pay Python's per-call cost. Subclasses provide `forward(obs) ->
+    (policy output, value)` and `update(batch) -> metrics` (graph code).
+
+    Args (besides `Agent`'s):
+        n_steps: transitions per env per rollout.
+        log_std_init: continuous actions: initial log standard deviation of the Gaussian policy.
+        state_dependent_std: continuous actions: the policy head outputs the log std too (clipped to
+            [-20, 2]) instead of a learned state-independent vector.
+    Continuous actions are sampled unbounded and clipped to the action space when stepping; the
+    unclipped sample is what the log-probabilities are computed for (as SB3 does).
     """
 
-    def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128, **kwargs) -> None:
+    STEPS_PER_CALL = 256
+
+    def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128,
+                 log_std_init: float = 0.0, state_dependent_std: bool = False, **kwargs) -> None:
         if int(n_steps) < 1:
             raise UserError(f"agent.n_steps={n_steps} must be at least 1")
         self.n_steps = int(n_steps)
+        self.log_std_init, self.state_dependent_std = float(log_std_init), bool(state_dependent_std)
         super().__init__(envs, model, buffer, **kwargs)
+        self.updates_per_call = max(1, -(-self.STEPS_PER_CALL // (self.n_steps * self.n_envs)))
 
-    def sample_action(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    # ----- the policy distribution ------------------------------------------------------------------
+    @property
+    def policy_units(self) -> int:
+        """Units of the policy head: logits, Gaussian means, or means and log stds."""
+        continuous = self.action_kind == "continuous"
+        return self.n_actions * (2 if continuous and self.state_dependent_std else 1)
+
+    def make_log_std(self) -> None:
+        self.log_std = tf.Variable(tf.fill([self.n_actions], self.log_std_init), name="log_std")
+
+    def forward(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """(policy head output, state values [batch])."""
         raise NotImplementedError  # abstract
+
+    def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """Learn from one rollout ([T, N, ...] tensors plus `last_values`); graph code."""
+        raise NotImplementedError  # abstract
+
+    def gaussian(self, out: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """(mean, log_std) from the policy head output."""
+        if self.state_dependent_std:
+            mean, log_std = tf.split(out, 2, axis=-1)
+            return mean, tf.clip_by_value(log_std, -20.0, 2.0)
+        return out, self.log_std
+
+    def log_prob_entropy(self, out: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        if self.action_kind == "discrete":
+            return D.categorical_log_prob(out, actions), D.categorical_entropy(out)
+        mean, log_std = self.gaussian(out)
+        return D.gaussian_log_prob(mean, log_std, actions), D.gaussian_entropy(mean, log_std)
+
+    def kl(self, old_out: tf.Tensor, out: tf.Tensor) -> tf.Tensor:
+        """KL(old policy || new policy) per row, from two policy head outputs."""
+        if self.action_kind == "discrete":
+            return D.categorical_kl(old_out, out)
+        return D.gaussian_kl(*self.gaussian(old_out), *self.gaussian(out))
+
+    def sample_action(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(actions, log probs, values, policy outputs) for a batch of observations."""
+        out, value = self.forward(obs)
+        if self.action_kind == "discrete":
+            actions = D.categorical_sample(out, self.tf_rng)
+        else:
+            mean, log_std = self.gaussian(out)
+            actions = D.gaussian_sample(mean, log_std, self.tf_rng)
+        log_probs, _ = self.log_prob_entropy(out, actions)
+        return actions, log_probs, value, out
 
     def value(self, obs: tf.Tensor) -> tf.Tensor:
-        raise NotImplementedError  # abstract
+        return self.forward(obs)[1]
 
+    def policy(self, obs: tf.Tensor) -> tf.Tensor:
+        out = self.forward(obs)[0]
+        return tf.argmax(out, axis=-1) if self.action_kind == "discrete" else self.gaussian(out)[0]
+
+    def extra_variables(self) -> dict[str, tf.Variable]:
+        if self.action_kind == "continuous" and not self.state_dependent_std:
+            return {"log_std": self.log_std}
+        return {}
+
+    # ----- collection -------------------------------------------------------------------------------
     def _numpy_step(self, actions: np.ndarray):
         obs, rewards, terminated, truncated, next_obs = self.env_step(actions)
         return obs, rewards, terminated, truncated & ~terminated, next_obs
 
-    def _build_rollout(self) -> None:
+    def rollout(self, obs: tf.Tensor) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """n_steps x n_envs transitions as [T, N, ...] tensors plus `last_values` (graph code)."""
         action_dtype = tf.int64 if self.action_kind == "discrete" else tf.float32
         obs_dtype = tf.as_dtype(self.obs_dtype)
         n_envs, obs_shape = self.n_envs, self.obs_shape
-
-        @tf.function
-        def rollout(obs: tf.Tensor):
-            arrays = {k: tf.TensorArray(dtype, self.n_steps) for k, dtype in
-                      dict(obs=obs_dtype, actions=action_dtype, log_probs=tf.float32, values=tf.float32,
-                           rewards=tf.float32, dones=tf.float32).items()}
-            for t in tf.range(self.n_steps):
-                actions, log_probs, values = self.sample_action(obs)
-                arrays["obs"] = arrays["obs"].write(t, obs)
-                arrays["actions"] = arrays["actions"].write(t, actions)
-                arrays["log_probs"] = arrays["log_probs"].write(t, log_probs)
-                arrays["values"] = arrays["values"].write(t, values)
-                obs, rewards, terminated, truncated, next_obs = tf.numpy_function(
-                    self._numpy_step, [actions], [obs_dtype, tf.float32, tf.bool, tf.bool, obs_dtype], stateful=True)
-                obs.set_shape((n_envs, *obs_shape))
-                next_obs.set_shape((n_envs, *obs_shape))
-                rewards.set_shape((n_envs,))
-                truncated.set_shape((n_envs,))
-                terminated.set_shape((n_envs,))
-                # time-limit truncation is not a terminal state: bootstrap with the value of the final obs
-                bootstrap = tf.cond(tf.reduce_any(truncated), lambda: self.value(next_obs),
-                                    lambda: tf.zeros((n_envs,)))
-                rewards = rewards + self.gamma * bootstrap * tf.cast(truncated, tf.float32)
-                arrays["rewards"] = arrays["rewards"].write(t, rewards)
-                arrays["dones"] = arrays["dones"].write(t, tf.cast(terminated | truncated, tf.float32))
-            batch = {k: v.stack() for k, v in arrays.items()}
-            batch["last_values"] = self.value(obs)
-            return obs, batch
-
-        self._rollout_fn = rollout
+        arrays = {k: tf.TensorArray(dtype, self.n_steps) for k, dtype in
+                  dict(obs=obs_dtype, actions=action_dtype, log_probs=tf.float32, values=tf.float32,
+                       policy_out=tf.float32, rewards=tf.float32, dones=tf.float32).items()}
+        for t in tf.range(self.n_steps):
+            actions, log_probs, values, out = self.sample_action(obs)
+            arrays["obs"] = arrays["obs"].write(t, obs)
+            arrays["actions"] = arrays["actions"].write(t, actions)
+            arrays["log_probs"] = arrays["log_probs"].write(t, log_probs)
+            arrays["values"] = arrays["values"].write(t, values)
+            arrays["policy_out"] = arrays["policy_out"].write(t, out)
+            obs, rewards, terminated, truncated, next_obs = tf.numpy_function(
+                self._numpy_step, [actions], [obs_dtype, tf.float32, tf.bool, tf.bool, obs_dtype], stateful=True)
+            obs.set_shape((n_envs, *obs_shape))
+            next_obs.set_shape((n_envs, *obs_shape))
+            rewards.set_shape((n_envs,))
+            terminated.set_shape((n_envs,))
+            truncated.set_shape((n_envs,))
+            # time-limit truncation is not a terminal state: bootstrap with the value of the final obs
+            bootstrap = tf.cond(tf.reduce_any(truncated), lambda: self.value(next_obs), lambda: tf.zeros((n_envs,)))
+            rewards = rewards + self.gamma * bootstrap * tf.cast(truncated, tf.float32)
+            arrays["rewards"] = arrays["rewards"].write(t, rewards)
+            arrays["dones"] = arrays["dones"].write(t, tf.cast(terminated | truncated, tf.float32))
+        batch = {k: v.stack() for k, v in arrays.items()}
+        batch["last_values"] = self.value(obs)
+        return obs, batch
 
     def collect(self) -> dict[str, tf.Tensor]:
-        """One rollout of n_steps x n_envs transitions, as [T, N, ...] tensors plus `last_values`."""
+        """One rollout from the current observations (for tests and subclasses)."""
         if not hasattr(self, "_rollout_fn"):
-            self._build_rollout()
-        obs, batch = self._rollout_fn(tf.convert_to_tensor(self._obs))
-        return batch
+            self._rollout_fn = tf.function(self.rollout)
+        return self._rollout_fn(tf.convert_to_tensor(self._obs))[1]
+
+    def train_iteration(self) -> dict[str, float]:
+        if not hasattr(self, "_train_fn"):
+            self._train_fn = tf.function(self._fused_iterations)
+        rollout = self.n_steps * self.n_envs
+        cycles = max(1, min(self.updates_per_call, -(-(self.max_steps - self.steps) // rollout)))
+        metrics = self._train_fn(tf.convert_to_tensor(self._obs), tf.constant(cycles))
+        return {k: float(v) for k, v in metrics.items()}
+
+    def _fused_iterations(self, obs: tf.Tensor, cycles: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`cycles` rollout + update cycles in one graph call; returns the mean metrics."""
+        obs, batch = self.rollout(obs)
+        totals = self.update(batch)
+        for _ in tf.range(cycles - 1):
+            obs, batch = self.rollout(obs)
+            metrics = self.update(batch)
+            totals = {k: totals[k] + metrics[k] for k in totals}
+        return {k: v / tf.cast(cycles, tf.float32) for k, v in totals.items()}
+
+
+def flatten_time(x: tf.Tensor) -> tf.Tensor:
+    """[T, N, ...] -> [T * N, ...]."""
+    return tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0))
+
+
+def soft_update(targets: list[tf.Variable], sources: list[tf.Variable], tau: float) -> None:
+    """Polyak averaging: target <- tau * source + (1 - tau) * target."""
+    for target, source in zip(targets, sources):
+        target.assign(tau * source + (1.0 - tau) * target)
 
 
 def compute_gae(rewards: tf.Tensor, values: tf.Tensor, dones: tf.Tensor, last_values: tf.Tensor,

@@ -1,12 +1,15 @@
 """Action distributions in TensorFlow: categorical (discrete) and diagonal Gaussian (continuous).
 
 Sampling draws from a `tf.random.Generator`, whose state is saved in checkpoints (exact resume).
+`log_std` may be a vector (state-independent) or a [batch, actions] tensor (state-dependent).
 """
 from __future__ import annotations
 
 import math
 
 import tensorflow as tf
+
+LOG_2PI = math.log(2 * math.pi)
 
 
 def categorical_sample(logits: tf.Tensor, rng: tf.random.Generator) -> tf.Tensor:
@@ -24,15 +27,28 @@ def categorical_entropy(logits: tf.Tensor) -> tf.Tensor:
     return -tf.reduce_sum(tf.exp(log_p) * log_p, axis=-1)
 
 
+def categorical_kl(old_logits: tf.Tensor, new_logits: tf.Tensor) -> tf.Tensor:
+    """KL(old || new) per row."""
+    old_log_p, new_log_p = tf.nn.log_softmax(old_logits), tf.nn.log_softmax(new_logits)
+    return tf.reduce_sum(tf.exp(old_log_p) * (old_log_p - new_log_p), axis=-1)
+
+
 def gaussian_sample(mean: tf.Tensor, log_std: tf.Tensor, rng: tf.random.Generator) -> tf.Tensor:
     return mean + tf.exp(log_std) * rng.normal(tf.shape(mean))
 
 
 def gaussian_log_prob(mean: tf.Tensor, log_std: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
     z = (actions - mean) * tf.exp(-log_std)
-    return tf.reduce_sum(-0.5 * tf.square(z) - log_std - 0.5 * math.log(2 * math.pi), axis=-1)
+    return tf.reduce_sum(-0.5 * tf.square(z) - log_std - 0.5 * LOG_2PI, axis=-1)
 
 
-def gaussian_entropy(log_std: tf.Tensor, batch: tf.Tensor) -> tf.Tensor:
-    per_row = tf.reduce_sum(log_std + 0.5 * math.log(2 * math.pi * math.e))
-    return tf.fill([batch], per_row)
+def gaussian_entropy(mean: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:
+    """Entropy per row (the mean only gives the batch shape)."""
+    return tf.reduce_sum(tf.broadcast_to(log_std, tf.shape(mean)) + 0.5 * (LOG_2PI + 1.0), axis=-1)
+
+
+def gaussian_kl(old_mean: tf.Tensor, old_log_std: tf.Tensor, mean: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:
+    """KL(old || new) per row for diagonal Gaussians."""
+    old_var, var = tf.exp(2.0 * old_log_std), tf.exp(2.0 * log_std)
+    kl = log_std - old_log_std + (old_var + tf.square(old_mean - mean)) / (2.0 * var) - 0.5
+    return tf.reduce_sum(tf.broadcast_to(kl, tf.shape(mean)), axis=-1)

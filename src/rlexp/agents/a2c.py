@@ -1,0 +1,70 @@
+"""Advantage Actor-Critic (Mnih et al. 2016, synchronous), discrete and continuous actions."""
+from __future__ import annotations
+
+import tensorflow as tf
+
+from rlexp.agents.base import OnPolicyAgent, compute_gae, flatten_time
+
+
+def a2c_loss(log_probs: tf.Tensor, entropy: tf.Tensor, values: tf.Tensor, advantages: tf.Tensor,
+             returns: tf.Tensor, entropy_coef: float, value_loss_coef: float) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """Policy gradient -mean(log pi(a|s) A) + value_loss_coef * mean((R - V)^2) / 2 - entropy_coef * H."""
+    policy_loss = -tf.reduce_mean(log_probs * tf.stop_gradient(advantages))
+    value_loss = 0.5 * tf.reduce_mean(tf.square(returns - values))
+    entropy = tf.reduce_mean(entropy)
+    loss = policy_loss + value_loss_coef * value_loss - entropy_coef * entropy
+    return loss, dict(policy_loss=policy_loss, value_loss=value_loss, entropy=entropy)
+
+
+class A2C(OnPolicyAgent):
+    """A2C: one gradient step per `n_steps` rollout on n-step (or GAE) advantages, one shared-trunk model.
+
+    Args (besides `OnPolicyAgent`'s):
+        lam: GAE lambda (1.0: plain n-step returns, as in A2C).
+        entropy_coef, value_loss_coef: loss weights.
+        grad_norm: global gradient-norm clip (None: off).
+        normalize_advantage: standardise advantages per rollout.
+    """
+
+    action_spaces = ("discrete", "continuous")
+
+    def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 5, lam: float = 1.0,
+                 entropy_coef: float = 0.01, value_loss_coef: float = 0.5, grad_norm: float | None = 0.5,
+                 normalize_advantage: bool = False, **kwargs) -> None:
+        self.lam = float(lam)
+        self.entropy_coef, self.value_loss_coef = float(entropy_coef), float(value_loss_coef)
+        self.grad_norm = None if grad_norm is None else float(grad_norm)
+        self.normalize_advantage = bool(normalize_advantage)
+        super().__init__(envs, model, buffer, n_steps=n_steps, **kwargs)
+
+    def build(self) -> None:
+        self.model = self.build_model({"policy": self.policy_units, "value": 1})
+        self.make_log_std()
+        self.optimizer = self.make_optimizer()
+        self.optimizer.build(self.trainable_variables())
+
+    def trainable_variables(self, optimizer_name: str = "model") -> list[tf.Variable]:
+        return self.model.trainable_variables + list(self.extra_variables().values())
+
+    def forward(self, obs):
+        out, value = self.model(obs)
+        return out, value[:, 0]
+
+    def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        advantages, returns = compute_gae(batch["rewards"], batch["values"], batch["dones"], batch["last_values"],
+                                          self.gamma, self.lam)
+        advantages, returns = flatten_time(advantages), flatten_time(returns)
+        if self.normalize_advantage:
+            mean, var = tf.nn.moments(advantages, axes=[0])
+            advantages = (advantages - mean) / (tf.sqrt(var) + 1e-8)
+        variables = self.trainable_variables()
+        with tf.GradientTape() as tape:
+            out, values = self.forward(flatten_time(batch["obs"]))
+            log_probs, entropy = self.log_prob_entropy(out, flatten_time(batch["actions"]))
+            loss, metrics = a2c_loss(log_probs, entropy, values, advantages, returns, self.entropy_coef,
+                                     self.value_loss_coef)
+        grads = tape.gradient(loss, variables)
+        if self.grad_norm is not None:
+            grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
+        self.optimizer.apply_gradients(zip(grads, variables))
+        return metrics
