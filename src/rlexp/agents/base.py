@@ -501,14 +501,19 @@ class OnPolicyAgent(Agent):
         mean, log_std = self.gaussian(out)
         return D.gaussian_log_prob(mean, log_std, actions), D.gaussian_entropy(mean, log_std)
 
-    def kl(self, old_out: tf.Tensor, out: tf.Tensor) -> tf.Tensor:
-        """KL(old policy || new policy) per row, from two policy head outputs."""
+    def dist_params(self, out: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """The distribution's parameters: (logits,) or (mean, log_std broadcast to the batch)."""
         if self.action_kind == "discrete":
-            return D.categorical_kl(old_out, out)
-        return D.gaussian_kl(*self.gaussian(old_out), *self.gaussian(out))
+            return (out,)
+        mean, log_std = self.gaussian(out)
+        return mean, tf.broadcast_to(log_std, tf.shape(mean))
 
-    def sample_action(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor, tf.Tensor]:
-        """(actions, log probs, values, policy outputs) for a batch of observations."""
+    def kl(self, old: tuple[tf.Tensor, ...], new: tuple[tf.Tensor, ...]) -> tf.Tensor:
+        """KL(old policy || new policy) per row, from two `dist_params` tuples."""
+        return D.categorical_kl(*old, *new) if self.action_kind == "discrete" else D.gaussian_kl(*old, *new)
+
+    def sample_action(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """(actions, log probs, values) for a batch of observations."""
         out, value = self.forward(obs)
         if self.action_kind == "discrete":
             actions = D.categorical_sample(out, self.tf_rng)
@@ -516,7 +521,7 @@ class OnPolicyAgent(Agent):
             mean, log_std = self.gaussian(out)
             actions = D.gaussian_sample(mean, log_std, self.tf_rng)
         log_probs, _ = self.log_prob_entropy(out, actions)
-        return actions, log_probs, value, out
+        return actions, log_probs, value
 
     def value(self, obs: tf.Tensor) -> tf.Tensor:
         return self.forward(obs)[1]
@@ -542,14 +547,13 @@ class OnPolicyAgent(Agent):
         n_envs, obs_shape = self.n_envs, self.obs_shape
         arrays = {k: tf.TensorArray(dtype, self.n_steps) for k, dtype in
                   dict(obs=obs_dtype, actions=action_dtype, log_probs=tf.float32, values=tf.float32,
-                       policy_out=tf.float32, rewards=tf.float32, dones=tf.float32).items()}
+                       rewards=tf.float32, dones=tf.float32).items()}
         for t in tf.range(self.n_steps):
-            actions, log_probs, values, out = self.sample_action(obs)
+            actions, log_probs, values = self.sample_action(obs)
             arrays["obs"] = arrays["obs"].write(t, obs)
             arrays["actions"] = arrays["actions"].write(t, actions)
             arrays["log_probs"] = arrays["log_probs"].write(t, log_probs)
             arrays["values"] = arrays["values"].write(t, values)
-            arrays["policy_out"] = arrays["policy_out"].write(t, out)
             obs, rewards, terminated, truncated, next_obs = tf.numpy_function(
                 self._numpy_step, [actions], [obs_dtype, tf.float32, tf.bool, tf.bool, obs_dtype], stateful=True)
             obs.set_shape((n_envs, *obs_shape))
