@@ -1,0 +1,174 @@
+"""Deep Deterministic Policy Gradient (Lillicrap et al. 2016), continuous actions.
+
+Also the machinery TD3 builds on: actor and critic(s) with target copies, Gaussian exploration noise
+when stepping, uniform random actions until the buffer holds `initial_size`, and a fused graph loop
+(act, step the envs, store, sample, update) of many env steps per call.
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from rlexp.agents.base import Agent, soft_update
+from rlexp.errors import UserError
+
+
+class DDPG(Agent):
+    """DDPG: a deterministic tanh actor trained through one Q(s, a) critic; soft target updates.
+
+    Actions live in [-1, 1] inside the agent (the buffer stores them so) and are rescaled to the action
+    space's bounds when stepping.
+
+    Args (besides `Agent`'s):
+        buffer: a `ReplayBuffer`; random actions until it holds `initial_size`, then one update phase
+            every `train_freq` vector steps.
+        tau: soft target update rate.
+        step_noise_coef: std of the Gaussian noise added to actions when stepping (in [-1, 1] units).
+        train_freq: vector env steps between update phases.
+        gradient_steps: gradient updates per phase (-1: one per collected transition).
+    """
+
+    action_spaces = ("continuous",)
+    off_policy = True
+    default_models = {"image": "nature_cnn", "vector": "mlp_400_300"}
+    n_critics = 1
+    policy_delay = 1
+    STEPS_PER_CALL = 200  # env steps per graph call once training has started
+
+    def __init__(self, envs, model=None, buffer=None, *, tau: float = 0.005, step_noise_coef: float = 0.1,
+                 train_freq: int = 1, gradient_steps: int = 1, **kwargs) -> None:
+        if buffer is None:
+            from rlexp.buffers import ReplayBuffer
+
+            buffer = ReplayBuffer()
+        self.tau, self.step_noise_coef = float(tau), float(step_noise_coef)
+        self.train_freq, self.gradient_steps = int(train_freq), int(gradient_steps)
+        if self.train_freq < 1:
+            raise UserError(f"agent.train_freq={train_freq} must be at least 1")
+        space = envs.single_action_space
+        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+            raise UserError(f"{type(self).__name__} needs a bounded action space, got {space}")
+        self.action_low, self.action_high = space.low.astype(np.float32), space.high.astype(np.float32)
+        super().__init__(envs, model, buffer, **kwargs)
+        if self.gradient_steps == -1:
+            self.gradient_steps = self.train_freq * self.n_envs
+
+    def build(self) -> None:
+        def actor(name):
+            return self.build_model({"action": self.n_actions}, name=name)
+
+        def critics(prefix):
+            return [self.build_model({"q": 1}, name=f"{prefix}{i}", extra_inputs=self.n_actions)
+                    for i in range(self.n_critics)]
+
+        self.actor, self.target_actor = actor("actor"), actor("target_actor")
+        self.critics, self.target_critics = critics("critic"), critics("target_critic")
+        for target, source in zip([self.target_actor, *self.target_critics], [self.actor, *self.critics]):
+            target.set_weights(source.get_weights())
+        self.actor_optimizer, self.critic_optimizer = self.make_optimizer(), self.make_optimizer()
+        self.actor_optimizer.build(self.trainable_variables("actor"))
+        self.critic_optimizer.build(self.trainable_variables("critic"))
+        self.updates = tf.Variable(0, dtype=tf.int64, name="updates")
+
+    def models(self):
+        names = {"actor": self.actor, "target_actor": self.target_actor}
+        for i, (critic, target) in enumerate(zip(self.critics, self.target_critics)):
+            names |= {f"critic{i}": critic, f"target_critic{i}": target}
+        return names
+
+    def optimizers(self):
+        return {"actor": self.actor_optimizer, "critic": self.critic_optimizer}
+
+    def trainable_variables(self, optimizer_name: str) -> list[tf.Variable]:
+        if optimizer_name == "actor":
+            return self.actor.trainable_variables
+        return [v for critic in self.critics for v in critic.trainable_variables]
+
+    def extra_variables(self):
+        return {"updates": self.updates}
+
+    # ----- acting -----------------------------------------------------------------------------------
+    def unit_action(self, obs: tf.Tensor, actor=None) -> tf.Tensor:
+        """Deterministic actions in [-1, 1]."""
+        return tf.tanh((actor or self.actor)(obs))
+
+    def to_env(self, actions):
+        """[-1, 1] -> the action space's bounds."""
+        return self.action_low + (actions + 1.0) * 0.5 * (self.action_high - self.action_low)
+
+    def policy(self, obs):
+        return self.to_env(self.unit_action(obs))
+
+    def q(self, critic, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
+        return critic(tf.concat([tf.cast(obs, tf.float32), actions], axis=-1))[:, 0]
+
+    # ----- learning ---------------------------------------------------------------------------------
+    def critic_targets(self, rewards: tf.Tensor, next_obs: tf.Tensor, terminated: tf.Tensor) -> tf.Tensor:
+        """r + gamma * (1 - terminated) * Q'(s', mu'(s'))."""
+        next_q = self.q(self.target_critics[0], next_obs, self.unit_action(next_obs, self.target_actor))
+        return rewards + self.gamma * (1.0 - terminated) * next_q
+
+    def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
+        """One critic step; every `policy_delay` steps an actor step and soft target updates."""
+        targets = tf.stop_gradient(self.critic_targets(rewards, next_obs, terminated))
+        critic_vars = self.trainable_variables("critic")
+        with tf.GradientTape() as tape:
+            critic_loss = tf.add_n([tf.reduce_mean(tf.square(self.q(c, obs, actions) - targets)) for c in self.critics])
+        self.critic_optimizer.apply_gradients(zip(tape.gradient(critic_loss, critic_vars), critic_vars))
+        self.updates.assign_add(1)
+        actor_loss = tf.constant(0.0)
+        if self.updates % self.policy_delay == 0:
+            actor_vars = self.trainable_variables("actor")
+            with tf.GradientTape() as tape:
+                actor_loss = -tf.reduce_mean(self.q(self.critics[0], obs, self.unit_action(obs)))
+            self.actor_optimizer.apply_gradients(zip(tape.gradient(actor_loss, actor_vars), actor_vars))
+            soft_update(self.target_actor.variables, self.actor.variables, self.tau)
+            for target, critic in zip(self.target_critics, self.critics):
+                soft_update(target.variables, critic.variables, self.tau)
+        return dict(critic_loss=critic_loss, actor_loss=actor_loss)
+
+    # ----- the loop ---------------------------------------------------------------------------------
+    def _numpy_step(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
+        next_obs_returned, rewards, terminated, truncated, next_obs = self.env_step(self.to_env(actions))
+        self.buffer.add(obs, actions, rewards, next_obs, terminated, terminated | truncated)
+        return next_obs_returned
+
+    def _numpy_sample(self):
+        batch = self.buffer.sample(self.gradient_steps)
+        return [batch[k].astype(np.float32, copy=False) for k in ("obs", "actions", "rewards", "next_obs", "terminated")]
+
+    def _train_cycles(self, obs: tf.Tensor, cycles: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`cycles` x (train_freq noisy env steps, then gradient_steps updates) in one graph call."""
+        obs_dtype = tf.as_dtype(self.obs_dtype)
+        size = self.buffer.batch_size
+        totals = {"critic_loss": tf.constant(0.0), "actor_loss": tf.constant(0.0)}
+        for _ in tf.range(cycles):
+            for _ in tf.range(self.train_freq):
+                noise = self.step_noise_coef * self.tf_rng.normal([self.n_envs, self.n_actions])
+                actions = tf.clip_by_value(self.unit_action(obs) + noise, -1.0, 1.0)
+                obs = tf.numpy_function(self._numpy_step, [obs, actions], obs_dtype, stateful=True)
+                obs.set_shape((self.n_envs, *self.obs_shape))
+            batch = tf.numpy_function(self._numpy_sample, [], [tf.float32] * 5, stateful=True)
+            for x, shape in zip(batch, [self.obs_shape, (self.n_actions,), (), self.obs_shape, ()]):
+                x.set_shape((None, *shape))
+            for g in tf.range(self.gradient_steps):
+                part = [x[g * size:(g + 1) * size] for x in batch]
+                metrics = self.update_step(*part)
+                totals = {k: totals[k] + metrics[k] for k in totals}
+        n = tf.cast(cycles * self.gradient_steps, tf.float32)
+        return {k: v / n for k, v in totals.items()}
+
+    def train_iteration(self) -> dict[str, float]:
+        remaining = max(self.max_steps - self.steps, 1)
+        if not self.buffer.ready:  # uniform random actions until the buffer holds initial_size
+            n = min(-(-(self.buffer.initial_size - self.buffer.size) // self.n_envs), 1000)
+            for _ in range(n):
+                actions = self.rng.uniform(-1, 1, (self.n_envs, self.n_actions)).astype(np.float32)
+                self._obs = self._numpy_step(self._obs, actions)
+            return {}
+        if not hasattr(self, "_train_fn"):
+            self._train_fn = tf.function(self._train_cycles)
+        per_cycle = self.train_freq * self.n_envs
+        cycles = max(1, min(self.STEPS_PER_CALL, remaining) // per_cycle)
+        metrics = self._train_fn(tf.convert_to_tensor(self._obs), tf.constant(cycles))
+        return {k: float(v) for k, v in metrics.items()}
