@@ -12,7 +12,7 @@ from typing import Any
 
 __version__ = "0.1.0"
 _LAZY = {"make_envs": "rlexp.envs", **{name: "rlexp.agents" for name in ("A2C", "ACER", "DDPG", "DQN", "PPO", "TD3", "TRPO")},
-         "ReplayBuffer": "rlexp.buffers", "FrameBuffer": "rlexp.buffers", "UserError": "rlexp.errors"}
+         "ReplayBuffer": "rlexp.buffers", "FrameBuffer": "rlexp.buffers", "RolloutBuffer": "rlexp.buffers", "UserError": "rlexp.errors"}
 
 
 def __getattr__(name: str) -> Any:  # lazy: `import rlexp` must not pay TensorFlow's import time

@@ -86,8 +86,8 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     if cls.off_policy:
         buffer_target = str(cfg.buffer.get("_target_", ""))
         if not buffer_target.startswith("rlexp.buffers."):
-            raise UserError(f"buffer _target_ {buffer_target!r} is not an rlexp buffer (rlexp.buffers.ReplayBuffer "
-                            "or rlexp.buffers.FrameBuffer)")
+            raise UserError(f"buffer _target_ {buffer_target!r} is not an rlexp buffer (rlexp.buffers.ReplayBuffer, "
+                            "rlexp.buffers.FrameBuffer or rlexp.buffers.RolloutBuffer)")
         buffer = _instantiate(cfg.buffer)
     model = OmegaConf.to_container(cfg.model, resolve=True)
     agent = _instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed,

@@ -1,5 +1,6 @@
 """Algorithms: the shared machinery lives in `base`; one file per algorithm."""
 from rlexp.agents.a2c import A2C
+from rlexp.agents.acer import ACER
 from rlexp.agents.base import Agent, OnPolicyAgent
 from rlexp.agents.ddpg import DDPG
 from rlexp.agents.dqn import DQN
@@ -7,6 +8,6 @@ from rlexp.agents.ppo import PPO
 from rlexp.agents.td3 import TD3
 from rlexp.agents.trpo import TRPO
 
-AGENTS: dict[str, type[Agent]] = {"a2c": A2C, "ddpg": DDPG, "dqn": DQN, "ppo": PPO, "td3": TD3, "trpo": TRPO}
+AGENTS: dict[str, type[Agent]] = {"a2c": A2C, "acer": ACER, "ddpg": DDPG, "dqn": DQN, "ppo": PPO, "td3": TD3, "trpo": TRPO}
 
-__all__ = ["AGENTS", "Agent", "OnPolicyAgent", "A2C", "DDPG", "DQN", "PPO", "TD3", "TRPO"]
+__all__ = ["AGENTS", "Agent", "OnPolicyAgent", "A2C", "ACER", "DDPG", "DQN", "PPO", "TD3", "TRPO"]

@@ -512,8 +512,13 @@ class OnPolicyAgent(Agent):
         """KL(old policy || new policy) per row, from two `dist_params` tuples."""
         return D.categorical_kl(*old, *new) if self.action_kind == "discrete" else D.gaussian_kl(*old, *new)
 
-    def sample_action(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """(actions, log probs, values) for a batch of observations."""
+    def step_dtypes(self) -> dict[str, tf.DType]:
+        """What `sample_action` returns per step (stored in the rollout besides obs, rewards, dones)."""
+        action_dtype = tf.int64 if self.action_kind == "discrete" else tf.float32
+        return dict(actions=action_dtype, log_probs=tf.float32, values=tf.float32)
+
+    def sample_action(self, obs: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Sampled actions with their log probs and the state values, for a batch of observations."""
         out, value = self.forward(obs)
         if self.action_kind == "discrete":
             actions = D.categorical_sample(out, self.tf_rng)
@@ -521,7 +526,7 @@ class OnPolicyAgent(Agent):
             mean, log_std = self.gaussian(out)
             actions = D.gaussian_sample(mean, log_std, self.tf_rng)
         log_probs, _ = self.log_prob_entropy(out, actions)
-        return actions, log_probs, value
+        return dict(actions=actions, log_probs=log_probs, values=value)
 
     def value(self, obs: tf.Tensor) -> tf.Tensor:
         return self.forward(obs)[1]
@@ -542,18 +547,14 @@ class OnPolicyAgent(Agent):
 
     def rollout(self, obs: tf.Tensor) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         """n_steps x n_envs transitions as [T, N, ...] tensors plus `last_values` (graph code)."""
-        action_dtype = tf.int64 if self.action_kind == "discrete" else tf.float32
         obs_dtype = tf.as_dtype(self.obs_dtype)
         n_envs, obs_shape = self.n_envs, self.obs_shape
-        arrays = {k: tf.TensorArray(dtype, self.n_steps) for k, dtype in
-                  dict(obs=obs_dtype, actions=action_dtype, log_probs=tf.float32, values=tf.float32,
-                       rewards=tf.float32, dones=tf.float32).items()}
+        dtypes = self.step_dtypes() | dict(obs=obs_dtype, rewards=tf.float32, dones=tf.float32)
+        arrays = {k: tf.TensorArray(dtype, self.n_steps) for k, dtype in dtypes.items()}
         for t in tf.range(self.n_steps):
-            actions, log_probs, values = self.sample_action(obs)
-            arrays["obs"] = arrays["obs"].write(t, obs)
-            arrays["actions"] = arrays["actions"].write(t, actions)
-            arrays["log_probs"] = arrays["log_probs"].write(t, log_probs)
-            arrays["values"] = arrays["values"].write(t, values)
+            outputs = self.sample_action(obs) | {"obs": obs}
+            arrays = {k: arrays[k].write(t, outputs[k]) if k in outputs else arrays[k] for k in arrays}
+            actions = outputs["actions"]
             obs, rewards, terminated, truncated, next_obs = tf.numpy_function(
                 self._numpy_step, [actions], [obs_dtype, tf.float32, tf.bool, tf.bool, obs_dtype], stateful=True)
             obs.set_shape((n_envs, *obs_shape))
@@ -568,6 +569,7 @@ class OnPolicyAgent(Agent):
             arrays["dones"] = arrays["dones"].write(t, tf.cast(terminated | truncated, tf.float32))
         batch = {k: v.stack() for k, v in arrays.items()}
         batch["last_values"] = self.value(obs)
+        batch["last_obs"] = obs
         return obs, batch
 
     def collect(self) -> dict[str, tf.Tensor]:

@@ -26,6 +26,7 @@ class DDPG(Agent):
         step_noise_coef: std of the Gaussian noise added to actions when stepping (in [-1, 1] units).
         train_freq: vector env steps between update phases.
         gradient_steps: gradient updates per phase (-1: one per collected transition).
+        jit_compile: compile the update step with XLA.
     """
 
     action_spaces = ("continuous",)
@@ -36,13 +37,14 @@ class DDPG(Agent):
     STEPS_PER_CALL = 200  # env steps per graph call once training has started
 
     def __init__(self, envs, model=None, buffer=None, *, tau: float = 0.005, step_noise_coef: float = 0.1,
-                 train_freq: int = 1, gradient_steps: int = 1, **kwargs) -> None:
+                 train_freq: int = 1, gradient_steps: int = 1, jit_compile: bool = True, **kwargs) -> None:
         if buffer is None:
             from rlexp.buffers import ReplayBuffer
 
             buffer = ReplayBuffer()
         self.tau, self.step_noise_coef = float(tau), float(step_noise_coef)
         self.train_freq, self.gradient_steps = int(train_freq), int(gradient_steps)
+        self.jit_compile = bool(jit_compile)
         if self.train_freq < 1:
             raise UserError(f"agent.train_freq={train_freq} must be at least 1")
         space = envs.single_action_space
@@ -153,7 +155,7 @@ class DDPG(Agent):
                 x.set_shape((None, *shape))
             for g in tf.range(self.gradient_steps):
                 part = [x[g * size:(g + 1) * size] for x in batch]
-                metrics = self.update_step(*part)
+                metrics = self._update_step_fn(*part)
                 totals = {k: totals[k] + metrics[k] for k in totals}
         n = tf.cast(cycles * self.gradient_steps, tf.float32)
         return {k: v / n for k, v in totals.items()}
@@ -167,6 +169,7 @@ class DDPG(Agent):
                 self._obs = self._numpy_step(self._obs, actions)
             return {}
         if not hasattr(self, "_train_fn"):
+            self._update_step_fn = tf.function(self.update_step, jit_compile=self.jit_compile)
             self._train_fn = tf.function(self._train_cycles)
         per_cycle = self.train_freq * self.n_envs
         cycles = max(1, min(self.STEPS_PER_CALL, remaining) // per_cycle)
