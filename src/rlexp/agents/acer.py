@@ -104,9 +104,11 @@ class ACER(OnPolicyAgent):
             q_a = tf.gather(q_t, actions, batch_dims=2)
             f_a = tf.gather(f, actions, batch_dims=2)
             rho = f / (mu + self.epsilon)
-            rho_bar = tf.minimum(self.importance_c, tf.gather(rho, actions, batch_dims=2))
-            q_ret = tf.stop_gradient(retrace_targets(rewards, dones, q_a, v_t, rho_bar, values[-1], self.gamma))
-            advantage = tf.stop_gradient((q_ret - v_t) * rho_bar)
+            rho_a = tf.gather(rho, actions, batch_dims=2)
+            # Retrace truncates the importance weights at 1, the policy gradient at importance_c
+            q_ret = tf.stop_gradient(retrace_targets(rewards, dones, q_a, v_t, tf.minimum(1.0, rho_a), values[-1],
+                                                     self.gamma))
+            advantage = tf.stop_gradient((q_ret - v_t) * tf.minimum(self.importance_c, rho_a))
             policy_loss = -tf.reduce_mean(tf.math.log(f_a + self.epsilon) * advantage)
             # bias correction for the truncated weights, summed over all actions under the current policy
             correction = tf.stop_gradient(tf.nn.relu(1.0 - self.importance_c / (rho + self.epsilon)) * f

@@ -23,6 +23,7 @@ from rlexp.errors import UserError
 from rlexp.files import write_atomic
 from rlexp.history import History, plot_history
 from rlexp.models import build_model
+from rlexp.normalize import Normalizer
 from rlexp.progress import Progress
 
 log = logging.getLogger("rlexp")
@@ -63,6 +64,9 @@ class Agent:
         display_precision: decimals in printed rewards.
         quiet: print nothing while training.
         clip_rewards: learn from sign(reward) (returns are still reported unclipped).
+        normalize_obs: normalise vector observations with running statistics (saved in checkpoints,
+            applied in play and eval).
+        normalize_reward: scale rewards by the running std of the discounted return.
     """
 
     action_spaces: tuple[str, ...] = ("discrete", "continuous")
@@ -76,7 +80,8 @@ class Agent:
                  opt_epsilon: float = 1e-7, reward_buffer_size: int = 100,
                  divergence_monitoring_steps: int | None = None, plateau_reduce_factor: float = 0.9,
                  plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
-                 display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False) -> None:
+                 display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
+                 normalize_obs: bool = False, normalize_reward: bool = False) -> None:
         self.envs = envs
         self.n_envs = envs.num_envs
         self.observation_space = envs.single_observation_space
@@ -106,6 +111,11 @@ class Agent:
 
         self.image_obs = is_image(self.observation_space)
         self.obs_dtype = np.uint8 if self.image_obs else np.float32
+        if normalize_obs and self.image_obs:
+            raise UserError("agent.normalize_obs=true is for vector observations; image observations are scaled "
+                            "to [0, 1] already")
+        self.normalizer = Normalizer(tuple(self.observation_space.shape), self.n_envs, self.gamma,
+                                     bool(normalize_obs), bool(normalize_reward))
         self.obs_shape = tuple(self.observation_space.shape)
         self.n_actions = int(self.action_space.n) if self.action_kind == "discrete" else int(np.prod(self.action_space.shape))
         self.model_preset = self._resolve_model(model)
@@ -204,7 +214,7 @@ class Agent:
     def _reset_envs(self, seed: int | None) -> np.ndarray:
         obs, _ = self.envs.reset(seed=seed)
         self._episode_returns[:] = 0
-        return obs.astype(self.obs_dtype, copy=False)
+        return self.normalizer.obs(obs, update=True).astype(self.obs_dtype, copy=False)
 
     def env_step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
         """Step all envs; track episodes. Returns obs, rewards, terminated, truncated, next_obs.
@@ -216,7 +226,6 @@ class Agent:
         if self.action_kind == "continuous":
             env_actions = np.clip(actions, self.action_space.low, self.action_space.high)
         obs, rewards, terminated, truncated, info = self.envs.step(env_actions)
-        obs = obs.astype(self.obs_dtype, copy=False)
         self._episode_returns += rewards
         dones = terminated | truncated
         next_obs = obs
@@ -227,7 +236,11 @@ class Agent:
                 self._finished.append((self.steps + int(i) + 1, float(self._episode_returns[i])))
                 self._episode_returns[i] = 0.0
         self.steps += self.n_envs
+        same = next_obs is obs
+        obs = self.normalizer.obs(obs, update=True).astype(self.obs_dtype, copy=False)
+        next_obs = obs if same else self.normalizer.obs(next_obs).astype(self.obs_dtype, copy=False)
         self._obs = obs
+        rewards = self.normalizer.reward(rewards, dones)
         if self.clip_rewards:
             rewards = np.sign(rewards)
         return obs, rewards.astype(np.float32), terminated, truncated, next_obs
@@ -330,7 +343,8 @@ class Agent:
         """Deterministic actions for a batch of observations."""
         if not hasattr(self, "_policy_fn"):
             self._policy_fn = tf.function(self.policy)
-        actions = self._policy_fn(tf.convert_to_tensor(obs.astype(self.obs_dtype, copy=False))).numpy()
+        obs = self.normalizer.obs(obs).astype(self.obs_dtype, copy=False)
+        actions = self._policy_fn(tf.convert_to_tensor(obs)).numpy()
         if self.action_kind == "continuous":
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         return actions
@@ -370,6 +384,8 @@ class Agent:
                 arrays[f"model/{name}/{i}"] = w
         for name, var in self.extra_variables().items():
             arrays[f"var/{name}"] = var.numpy()
+        for k, v in self.normalizer.state_dict().items():
+            arrays[f"normalizer/{k}"] = v
         if full:
             for name, opt in self.optimizers().items():
                 for i, v in enumerate(opt.variables):
@@ -409,6 +425,7 @@ class Agent:
                 model.set_weights([data[f"model/{name}/{i}"] for i in range(len(model.get_weights()))])
             for name, var in self.extra_variables().items():
                 var.assign(data[f"var/{name}"])
+            self.normalizer.load_state_dict({k[11:]: data[k] for k in data.files if k.startswith("normalizer/")})
             if weights_only:
                 return state
             if not state.get("full"):

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.agents.base import Agent, soft_update
+from rlexp.envs import space_kind
 from rlexp.errors import UserError
 
 
@@ -48,9 +49,10 @@ class DDPG(Agent):
         if self.train_freq < 1:
             raise UserError(f"agent.train_freq={train_freq} must be at least 1")
         space = envs.single_action_space
-        if not (np.all(np.isfinite(space.low)) and np.all(np.isfinite(space.high))):
+        low, high = (np.asarray(getattr(space, k, np.nan), np.float32) for k in ("low", "high"))
+        if space_kind(space) == "continuous" and not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
             raise UserError(f"{type(self).__name__} needs a bounded action space, got {space}")
-        self.action_low, self.action_high = space.low.astype(np.float32), space.high.astype(np.float32)
+        self.action_low, self.action_high = low, high
         super().__init__(envs, model, buffer, **kwargs)
         if self.gradient_steps == -1:
             self.gradient_steps = self.train_freq * self.n_envs
@@ -157,7 +159,7 @@ class DDPG(Agent):
                 part = [x[g * size:(g + 1) * size] for x in batch]
                 metrics = self._update_step_fn(*part)
                 totals = {k: totals[k] + metrics[k] for k in totals}
-        n = tf.cast(cycles * self.gradient_steps, tf.float32)
+        n = tf.cast(tf.maximum(cycles * self.gradient_steps, 1), tf.float32)
         return {k: v / n for k, v in totals.items()}
 
     def train_iteration(self) -> dict[str, float]:

@@ -1,0 +1,224 @@
+"""Each algorithm's maths against NumPy references or hand-computed values."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rlexp.agents import A2C, ACER, DDPG, TD3, TRPO
+from rlexp.agents.acer import retrace_targets, trust_region_projection
+from rlexp.agents.base import soft_update
+from rlexp.agents.ppo import clipped_surrogate
+from rlexp.agents.td3 import smoothed_target_actions
+from rlexp.agents.trpo import assign_flat, conjugate_gradient, flat_concat
+from rlexp.buffers import ReplayBuffer, RolloutBuffer
+from rlexp.envs import make_envs
+from rlexp.normalize import RunningMeanStd
+
+
+def test_clipped_surrogate_takes_the_pessimistic_term():
+    old = np.log(np.array([0.5, 0.5, 0.5], np.float32))
+    new = np.log(np.array([0.8, 0.8, 0.2], np.float32))  # ratios 1.6, 1.6, 0.4
+    adv = np.array([1.0, -1.0, -1.0], np.float32)
+    # min(1.6*1, 1.2*1)=1.2; min(1.6*-1, 1.2*-1)=-1.6; min(0.4*-1, 0.8*-1)=-0.8
+    loss = clipped_surrogate(new, old, adv, 0.2).numpy()
+    np.testing.assert_allclose(loss, -np.mean([1.2, -1.6, -0.8]), rtol=1e-6)
+
+
+def retrace_reference(rewards, dones, q_a, values, rho_bar, last_values, gamma):
+    q_ret, out = last_values.copy(), np.zeros_like(rewards)
+    for t in reversed(range(len(rewards))):
+        q_ret = rewards[t] + gamma * q_ret * (1 - dones[t])
+        out[t] = q_ret
+        q_ret = rho_bar[t] * (q_ret - q_a[t]) + values[t]
+    return out
+
+
+def test_retrace_targets_match_reference():
+    rng = np.random.default_rng(0)
+    T, N = 6, 3
+    r, q_a, v = (rng.normal(size=(T, N)).astype(np.float32) for _ in range(3))
+    dones = (rng.random((T, N)) < 0.3).astype(np.float32)
+    rho = rng.uniform(0, 3, (T, N)).astype(np.float32)
+    rho_bar = np.minimum(1.0, rho)
+    last = rng.normal(size=N).astype(np.float32)
+    got = tf.function(retrace_targets)(r, dones, q_a, v, rho_bar, last, 0.9).numpy()
+    np.testing.assert_allclose(got, retrace_reference(r, dones, q_a, v, rho_bar, last, 0.9), rtol=1e-5, atol=1e-5)
+
+
+def test_retrace_one_step_by_hand():
+    # T=2, one env: Q_ret(1) = r1 + g V(s2); Q_ret(0) = r0 + g (rho1 (Q_ret(1) - Q1) + V1)
+    got = retrace_targets(np.array([[1.0], [2.0]], np.float32), np.zeros((2, 1), np.float32),
+                          np.array([[0.0], [3.0]], np.float32), np.array([[0.0], [1.0]], np.float32),
+                          np.array([[1.0], [0.5]], np.float32), np.array([10.0], np.float32), 0.5).numpy()
+    q1 = 2.0 + 0.5 * 10.0
+    np.testing.assert_allclose(got[:, 0], [1.0 + 0.5 * (0.5 * (q1 - 3.0) + 1.0), q1])
+
+
+def test_acer_truncated_importance_weights_and_bias_correction_weights():
+    f = np.array([[0.7, 0.3]], np.float32)
+    mu = np.array([[0.05, 0.95]], np.float32)
+    rho = f / mu  # 14, 0.316
+    c = 10.0
+    assert np.minimum(c, rho)[0, 0] == c  # truncated
+    correction = np.maximum(1 - c / rho, 0)  # only the truncated action gets bias correction
+    np.testing.assert_allclose(correction, [[1 - 10 / 14, 0.0]], rtol=1e-6)
+
+
+def test_trust_region_projection():
+    g = np.array([[1.0, 2.0], [1.0, 0.0]], np.float32)
+    k = np.array([[1.0, 1.0], [0.0, 1.0]], np.float32)
+    got = trust_region_projection(g, k, delta=1.0, epsilon=0.0).numpy()
+    # row 0: k.g = 3 > 1 -> g - (3 - 1) / 2 * k = [0, 1], and then k.g' == delta; row 1: k.g = 0 -> unchanged
+    np.testing.assert_allclose(got, [[0.0, 1.0], [1.0, 0.0]])
+    assert np.isclose(got[0] @ k[0], 1.0)
+
+
+def test_conjugate_gradient_solves_explicit_system():
+    rng = np.random.default_rng(0)
+    m = rng.normal(size=(6, 6))
+    a = (m @ m.T + 6 * np.eye(6)).astype(np.float32)
+    b = rng.normal(size=6).astype(np.float32)
+    x = tf.function(conjugate_gradient)(lambda v: tf.linalg.matvec(a, v), b, 20, 1e-12).numpy()
+    np.testing.assert_allclose(x, np.linalg.solve(a, b), rtol=1e-3, atol=1e-4)
+
+
+def small_trpo(**kwargs):
+    envs = make_envs("CartPole-v1", n_envs=2, seed=0)
+    model = {"layers": [{"type": "dense", "units": 4, "activation": "tanh"}, {"type": "dense", "output": True}]}
+    return TRPO(envs, model=model, seed=0, n_steps=16, mini_batches=2, **kwargs)
+
+
+def test_trpo_fisher_vector_product_matches_explicit_hessian():
+    agent = small_trpo(cg_damping=0.1)
+    obs = tf.constant(np.random.default_rng(0).normal(size=(8, 4)).astype(np.float32))
+    old = tuple(tf.stop_gradient(p) for p in agent.dist_params(agent.actor(obs)))
+    variables = agent.actor_variables()
+    with tf.GradientTape(persistent=True) as outer:
+        with tf.GradientTape() as inner:
+            kl = tf.reduce_mean(agent.kl(old, agent.dist_params(agent.actor(obs))))
+        grad = flat_concat(inner.gradient(kl, variables))
+        rows = [grad[i] for i in range(grad.shape[0])]
+    hessian = np.stack([flat_concat(outer.gradient(row, variables)).numpy() for row in rows])
+    v = np.random.default_rng(1).normal(size=grad.shape[0]).astype(np.float32)
+    got = agent.fisher_vector_product(obs, old, tf.constant(v)).numpy()
+    np.testing.assert_allclose(got, hessian @ v + 0.1 * v, rtol=1e-3, atol=1e-5)
+
+
+def test_trpo_line_search_keeps_kl_bound_or_reverts():
+    agent = small_trpo(max_kl=0.01)
+    batch = agent.collect()
+    obs = tf.reshape(batch["obs"], (-1, 4))
+    actions = tf.reshape(batch["actions"], (-1,))
+    log_probs = tf.reshape(batch["log_probs"], (-1,))
+    advantages = tf.constant(np.random.default_rng(0).normal(size=32).astype(np.float32))
+    before = agent.actor(obs)
+    metrics = tf.function(agent.update_actor)(obs, actions, log_probs, advantages)
+    kl = tf.reduce_mean(agent.kl((before,), (agent.actor(obs),))).numpy()
+    assert metrics["step_accepted"] == 1.0 and 0 < kl <= 0.01 + 1e-6
+    # an impossible bound: every halving is rejected and the parameters are restored
+    agent.max_kl = 1e-30
+    params = flat_concat(agent.actor_variables()).numpy()
+    metrics = tf.function(agent.update_actor)(obs, actions, log_probs, advantages)
+    assert metrics["step_accepted"] == 0.0
+    np.testing.assert_array_equal(flat_concat(agent.actor_variables()).numpy(), params)
+    assign_flat(agent.actor_variables(), tf.constant(params))
+
+
+def test_soft_update():
+    target, source = tf.Variable([0.0, 10.0]), tf.Variable([1.0, 0.0])
+    soft_update([target], [source], 0.1)
+    np.testing.assert_allclose(target.numpy(), [0.1, 9.0])
+
+
+def test_td3_target_smoothing_clips_noise_and_actions():
+    target = np.array([[0.9, 0.0, -0.2]], np.float32)
+    noise = np.array([[0.3, 2.0, -0.1]], np.float32)
+    got = smoothed_target_actions(target, noise, 0.5).numpy()
+    np.testing.assert_allclose(got, [[1.0, 0.5, -0.3]], rtol=1e-6)
+
+
+def test_td3_targets_use_the_smaller_critic_and_delay_actor_updates():
+    envs = make_envs("Pendulum-v1", n_envs=1, seed=0)
+    agent = TD3(envs, buffer=ReplayBuffer(100, 8, 8), seed=0, policy_delay=2, policy_noise_coef=0.0)
+    obs = tf.constant(np.random.default_rng(0).normal(size=(8, 3)).astype(np.float32))
+    rewards, terminated = tf.ones(8), tf.constant([0.0] * 7 + [1.0])
+    next_a = agent.unit_action(obs, agent.target_actor)
+    q = np.stack([agent.q(c, obs, next_a).numpy() for c in agent.target_critics])
+    expected = 1.0 + agent.gamma * (1 - terminated.numpy()) * q.min(axis=0)
+    np.testing.assert_allclose(agent.critic_targets(rewards, obs, terminated).numpy(), expected, rtol=1e-5)
+    actor_before = agent.actor.get_weights()[0].copy()
+    actions = tf.zeros((8, 1))
+    step = tf.function(agent.update_step)
+    step(obs, actions, rewards, obs, terminated)  # update 1: critics only
+    np.testing.assert_array_equal(agent.actor.get_weights()[0], actor_before)
+    step(obs, actions, rewards, obs, terminated)  # update 2: actor too
+    assert not np.array_equal(agent.actor.get_weights()[0], actor_before)
+    assert int(agent.updates.numpy()) == 2
+
+
+def test_ddpg_actions_are_scaled_to_the_action_space():
+    envs = make_envs("Pendulum-v1", n_envs=1, seed=0)  # actions in [-2, 2]
+    agent = DDPG(envs, buffer=ReplayBuffer(100, 8, 8), seed=0)
+    np.testing.assert_allclose(agent.to_env(np.array([[-1.0], [0.0], [1.0]], np.float32)), [[-2.0], [0.0], [2.0]])
+    assert np.all(np.abs(agent.act(np.zeros((4, 3), np.float32))) <= 2.0)
+
+
+def test_ddpg_explores_with_noise_when_stepping():
+    envs = make_envs("Pendulum-v1", n_envs=1, seed=0)
+    agent = DDPG(envs, buffer=ReplayBuffer(1000, 10, 10), seed=0, step_noise_coef=0.3, gradient_steps=0)
+    agent.max_steps = 200
+    while agent.steps < 200:
+        agent.train_iteration()
+    data = agent.buffer.data
+    greedy = agent.unit_action(tf.constant(data["obs"][10:200])).numpy()
+    # stored actions after the random warm-up differ from the greedy ones by ~N(0, 0.3)
+    assert np.all(np.abs(greedy) < 0.9)  # the untrained actor (no gradient steps) is far from the clip
+    assert 0.2 < np.std(data["actions"][10:200] - greedy) < 0.4
+
+
+def test_a2c_one_update_changes_weights_and_uses_rmsprop():
+    agent = A2C(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, optimizer="rmsprop")
+    before = agent.model.get_weights()[0].copy()
+    agent.max_steps = 10
+    metrics = agent.train_iteration()
+    assert agent.optimizer.__class__.__name__ == "RMSprop" and set(metrics) == {"policy_loss", "value_loss", "entropy"}
+    assert not np.array_equal(before, agent.model.get_weights()[0]) and agent.steps == 10
+
+
+def test_acer_replays_stored_rollouts_and_updates_the_average():
+    envs = make_envs("CartPole-v1", n_envs=2, seed=0)
+    agent = ACER(envs, buffer=RolloutBuffer(max_size=200), seed=0, n_steps=5, replay_ratio=2)
+    average_before = agent.average.get_weights()[0].copy()
+    agent.max_steps = 10_000
+    for _ in range(30):
+        agent.train_iteration()
+    assert agent.buffer.count == agent.buffer.capacity == 20  # 200 transitions / (5 steps x 2 envs), ring full
+    assert not np.array_equal(average_before, agent.average.get_weights()[0])
+
+
+def test_rollout_buffer_overwrites_the_oldest():
+    buffer = RolloutBuffer(max_size=4)
+    for i in range(3):
+        buffer.add(obs=np.full((3, 2, 1), i), actions=np.full((2, 2), i), rewards=np.zeros((2, 2)),
+                   dones=np.zeros((2, 2)), mu=np.zeros((2, 2, 2)))
+    assert buffer.capacity == 1 and buffer.count == 1 and buffer.data["actions"][0, 0, 0] == 2
+    other = RolloutBuffer(max_size=4)
+    other.load_state_dict(buffer.state_dict())
+    assert other.count == 1 and other.sample()["actions"][0, 0] == 2
+
+
+def test_running_mean_std_matches_numpy():
+    rng = np.random.default_rng(0)
+    data = rng.normal(3.0, 2.0, size=(1000, 2))
+    rms = RunningMeanStd((2,))
+    for chunk in np.split(data, 10):
+        rms.update(chunk)
+    np.testing.assert_allclose(rms.mean, data.mean(0), rtol=1e-3)
+    np.testing.assert_allclose(rms.var, data.var(0), rtol=1e-3)
+
+
+@pytest.mark.parametrize("cls", [DDPG, TD3])
+def test_continuous_only_agents_refuse_discrete(cls):
+    from rlexp.errors import UserError
+
+    with pytest.raises(UserError, match="does not support discrete"):
+        cls(make_envs("CartPole-v1", n_envs=1, seed=0))
