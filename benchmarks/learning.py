@@ -13,12 +13,25 @@ import sys
 import time
 from pathlib import Path
 
-CASES = {  # name: (CLI args, threshold)
+CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies the hyperparameters
     "ppo-cartpole": (["agent=ppo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
+    "a2c-cartpole": (["agent=a2c", "env=cartpole", "run.max_steps=5e5", "run.target_reward=null"], 475),
+    "acer-cartpole": (["agent=acer", "env=cartpole", "run.max_steps=3e5", "run.target_reward=null"], 475),
+    "trpo-cartpole": (["agent=trpo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
     "dqn-cartpole": (["agent=dqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null"], 475),  # Zoo budget
+    "double-dqn-cartpole": (["agent=dqn", "env=cartpole", "agent.double=true", "run.max_steps=5e4",
+                             "run.target_reward=null"], 475),
     "dqn-cartpole-100k": (["agent=dqn", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
+    "td3-pendulum": (["agent=td3", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    "ddpg-pendulum": (["agent=ddpg", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    "trpo-pendulum": (["agent=trpo", "env=pendulum", "run.max_steps=1e5", "run.target_reward=null"], -250),
+    "a2c-pendulum": (["agent=a2c", "env=pendulum", "run.max_steps=1e6", "run.target_reward=null"], -300),
     "ppo-pendulum": (["agent=ppo", "env=pendulum", "run.max_steps=3e5", "run.target_reward=null"], -250),
+    "dqn-lunarlander": (["agent=dqn", "env=lunarlander", "run.max_steps=1e5", "run.target_reward=null"], 100),
     "ppo-lunarlander": (["agent=ppo", "env=lunarlander", "run.max_steps=1e6", "run.target_reward=null"], 200),
+    "td3-lunarlander-continuous": (["agent=td3", "env=lunarlander_continuous", "run.max_steps=3e5",
+                                    "run.target_reward=null"], 200),
+    "td3-bipedal": (["agent=td3", "env=bipedal", "run.max_steps=1e6", "run.target_reward=null"], 250),
 }
 SUMMARY = re.compile(r"done \((\w+)\): ([\d,]+) steps in ([\d.]+) s \(([\d,]+) steps/s\) \| eval (-?[\d.]+) ± ([\d.]+)"
                      r".*run dir: (\S+)")

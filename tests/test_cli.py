@@ -87,7 +87,15 @@ def test_default_command_solves_cartpole(tmp_path):
     ["agent=ppo", "env=pong", "run.max_steps=512", "env.n_envs=2", "agent.n_steps=32", "env.max_episode_steps=300"],
     ["agent=dqn", "env=pong", "run.max_steps=400", "buffer.initial_size=100", "buffer.max_size=1000",
      "env.max_episode_steps=300"],
-], ids=["dqn", "ddqn", "ppo-continuous", "ppo-atari", "dqn-atari"])
+    ["agent=a2c", "env=cartpole", "run.max_steps=2000"],
+    ["agent=a2c", "env=pendulum", "run.max_steps=2000"],
+    ["agent=acer", "env=cartpole", "run.max_steps=2000", "buffer.max_size=1000"],
+    ["agent=ddpg", "env=pendulum", "run.max_steps=1000", "buffer.initial_size=300"],
+    ["agent=td3", "env=pendulum", "run.max_steps=1000", "buffer.initial_size=300"],
+    ["agent=trpo", "env=cartpole", "run.max_steps=2048"],
+    ["agent=trpo", "env=pendulum", "run.max_steps=2048", "agent.n_steps=512"],
+], ids=["dqn", "ddqn", "ppo-continuous", "ppo-atari", "dqn-atari", "a2c-discrete", "a2c-continuous", "acer-discrete",
+        "ddpg-continuous", "td3-continuous", "trpo-discrete", "trpo-continuous"])
 def test_agents_train_checkpoint_and_play(tmp_path, args):
     result = rlexp(tmp_path, *args, "run.eval_episodes=1")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -120,13 +128,14 @@ def test_kill_then_resume_continues_the_history(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["agent=dqn", "env=pendulum"], "agent=dqn does not support continuous actions"),
+    (["agent=td3", "env=cartpole"], "agent=td3 does not support discrete actions"),
     (["env.id=NoSuchEnv-v0"], "env.id='NoSuchEnv-v0' is not a registered gymnasium id"),
     (["mode=play"], "train first"),
     (["mode=play", "+checkpoint=no/such/run"], "does not exist"),
     (["+resume=no/such/run"], "no checkpoint"),
     (["buffer.initial_size=500", "buffer.max_size=100", "agent=dqn"], "initial_size=500 is greater"),
     (["model=nature_cnn"], "conv layers but the observations are vectors"),
-], ids=["action-space", "env-id", "play-no-run", "missing-checkpoint", "missing-resume", "buffer-sizes", "cnn-on-vector"])
+], ids=["action-space", "td3-discrete", "env-id", "play-no-run", "missing-checkpoint", "missing-resume", "buffer-sizes", "cnn-on-vector"])
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
     result = rlexp(tmp_path, *args, "run.max_steps=100")
     assert result.returncode == 2
