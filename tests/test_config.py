@@ -26,7 +26,7 @@ def test_no_tuned_preset_keeps_agent_defaults():
     assert c.agent.n_steps == 128 and c.run.target_reward is None
 
 
-@pytest.mark.parametrize("agent", ["ppo", "dqn"])
+@pytest.mark.parametrize("agent", ["a2c", "acer", "ddpg", "dqn", "ppo", "td3", "trpo"])
 @pytest.mark.parametrize("env", ["cartpole", "pendulum", "lunarlander", "lunarlander_continuous", "bipedal",
                                  "pong", "breakout", "generic"])
 def test_every_pair_composes(agent, env):
@@ -42,3 +42,33 @@ def test_dqn_tuned_presets():
 def test_arbitrary_targets_are_refused():
     with pytest.raises(UserError, match="not an rlexp agent"):
         agent_class("os.system")
+
+
+def class_defaults(cls) -> dict:
+    """Keyword defaults of cls.__init__ and its bases' (the subclass wins)."""
+    import inspect
+
+    defaults = {}
+    for klass in reversed(cls.__mro__):
+        if "__init__" in vars(klass):
+            for name, p in inspect.signature(klass.__init__).parameters.items():
+                if p.default is not inspect.Parameter.empty:
+                    defaults[name] = p.default
+    return defaults
+
+
+@pytest.mark.parametrize("agent", ["a2c", "acer", "ddpg", "dqn", "ppo", "td3", "trpo"])
+def test_agent_preset_defaults_agree_with_code(agent):
+    from omegaconf import OmegaConf
+
+    preset = OmegaConf.to_container(cfg(f"agent={agent}", "env=generic").agent)
+    cls = agent_class(preset.pop("_target_"))
+    code = class_defaults(cls)
+    assert set(preset) <= set(code), f"preset keys the code does not take: {set(preset) - set(code)}"
+    not_options = {"model", "buffer", "seed", "clip_rewards"}  # set from the other config groups
+    if "continuous" not in cls.action_spaces:
+        not_options |= {"log_std_init", "state_dependent_std"}
+    missing = {k for k in code if k not in preset} - not_options
+    assert not missing, f"constructor options missing from conf/agent/{agent}.yaml: {missing}"
+    for key, value in preset.items():
+        assert value == code[key] or (isinstance(value, float) and abs(value - code[key]) < 1e-12), key

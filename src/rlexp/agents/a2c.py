@@ -24,18 +24,20 @@ class A2C(OnPolicyAgent):
         entropy_coef, value_loss_coef: loss weights.
         grad_norm: global gradient-norm clip (None: off).
         normalize_advantage: standardise advantages per rollout.
+        optimizer, opt_epsilon: RMSprop with epsilon 1e-5 by default, as in the A2C paper and SB3.
     """
 
     action_spaces = ("discrete", "continuous")
 
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 5, lam: float = 1.0,
                  entropy_coef: float = 0.01, value_loss_coef: float = 0.5, grad_norm: float | None = 0.5,
-                 normalize_advantage: bool = False, **kwargs) -> None:
+                 normalize_advantage: bool = False, optimizer: str = "rmsprop", opt_epsilon: float = 1e-5,
+                 **kwargs) -> None:
         self.lam = float(lam)
         self.entropy_coef, self.value_loss_coef = float(entropy_coef), float(value_loss_coef)
         self.grad_norm = None if grad_norm is None else float(grad_norm)
         self.normalize_advantage = bool(normalize_advantage)
-        super().__init__(envs, model, buffer, n_steps=n_steps, **kwargs)
+        super().__init__(envs, model, buffer, n_steps=n_steps, optimizer=optimizer, opt_epsilon=opt_epsilon, **kwargs)
 
     def build(self) -> None:
         self.model = self.build_model({"policy": self.policy_units, "value": 1})

@@ -28,6 +28,7 @@ class DDPG(Agent):
         train_freq: vector env steps between update phases.
         gradient_steps: gradient updates per phase (-1: one per collected transition).
         jit_compile: compile the update step with XLA.
+        lr: actor and critic learning rate.
     """
 
     action_spaces = ("continuous",)
@@ -38,7 +39,8 @@ class DDPG(Agent):
     STEPS_PER_CALL = 200  # env steps per graph call once training has started
 
     def __init__(self, envs, model=None, buffer=None, *, tau: float = 0.005, step_noise_coef: float = 0.1,
-                 train_freq: int = 1, gradient_steps: int = 1, jit_compile: bool = True, **kwargs) -> None:
+                 train_freq: int = 1, gradient_steps: int = 1, jit_compile: bool = True, lr: float = 1e-3,
+                 **kwargs) -> None:
         if buffer is None:
             from rlexp.buffers import ReplayBuffer
 
@@ -53,7 +55,7 @@ class DDPG(Agent):
         if space_kind(space) == "continuous" and not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
             raise UserError(f"{type(self).__name__} needs a bounded action space, got {space}")
         self.action_low, self.action_high = low, high
-        super().__init__(envs, model, buffer, **kwargs)
+        super().__init__(envs, model, buffer, lr=lr, **kwargs)
         if self.gradient_steps == -1:
             self.gradient_steps = self.train_freq * self.n_envs
 
