@@ -72,3 +72,12 @@ def test_agent_preset_defaults_agree_with_code(agent):
     assert not missing, f"constructor options missing from conf/agent/{agent}.yaml: {missing}"
     for key, value in preset.items():
         assert value == code[key] or (isinstance(value, float) and abs(value - code[key]) < 1e-12), key
+
+
+def test_readme_agent_tables_match_the_presets():
+    from pathlib import Path
+
+    from rlexp.presets import agent_tables
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    assert agent_tables().strip() in readme, "README agent tables are stale: run `python -m rlexp.presets`"
