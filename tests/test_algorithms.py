@@ -222,3 +222,48 @@ def test_continuous_only_agents_refuse_discrete(cls):
 
     with pytest.raises(UserError, match="does not support discrete"):
         cls(make_envs("CartPole-v1", n_envs=1, seed=0))
+
+
+def test_normalizer_state_is_checkpointed_and_used_when_acting(tmp_path):
+    from rlexp.agents import PPO
+
+    def agent():
+        return PPO(make_envs("Pendulum-v1", n_envs=2, seed=0), seed=0, n_steps=16, mini_batches=2,
+                   normalize_obs=True, normalize_reward=True)
+
+    trained = agent()
+    trained.fit(max_steps=64, progress="none")
+    assert np.all(trained.normalizer.obs_rms.var != 1.0) and trained.normalizer.return_rms.count > 1
+    trained.save(tmp_path / "w.ckpt", full=False)
+    fresh = agent()
+    fresh.load(tmp_path / "w.ckpt", weights_only=True)
+    np.testing.assert_allclose(fresh.normalizer.obs_rms.mean, trained.normalizer.obs_rms.mean)
+    obs = np.random.default_rng(0).normal(size=(3, 3)).astype(np.float32) * 5
+    np.testing.assert_allclose(fresh.act(obs), trained.act(obs), rtol=1e-5)
+    scaled = trained.normalizer.obs(obs)
+    assert np.all(np.abs(scaled) <= 10.0) and not np.allclose(scaled, obs)
+
+
+def test_ppo_kl_threshold_stops_epochs_and_kl_adaptive_moves_the_lr():
+    from rlexp.agents import PPO
+
+    envs = make_envs("CartPole-v1", n_envs=2, seed=0)
+    agent = PPO(envs, seed=0, n_steps=16, mini_batches=2, ppo_epochs=10, lr=1e-2, kl_threshold=1e-9,
+                lr_schedule="kl_adaptive", kl_target=1e-9)
+    batch = agent.collect()
+    assert float(tf.function(agent.update)(batch)["epochs"]) == 1.0  # the first epoch's KL exceeds the threshold
+    agent.kl_threshold = None
+    assert float(tf.function(agent.update)(batch)["epochs"]) == 10.0
+    agent.max_steps = 10_000
+    agent.train_iteration()
+    assert agent.adaptive_scale < 1.0 and agent.current_lr() < 1e-2
+
+
+def test_state_dependent_std_policy_head():
+    from rlexp.agents import PPO
+
+    agent = PPO(make_envs("Pendulum-v1", n_envs=2, seed=0), seed=0, n_steps=8, mini_batches=1,
+                state_dependent_std=True)
+    assert agent.model.outputs[0].shape[-1] == 2 and agent.extra_variables() == {}
+    batch = agent.collect()
+    assert batch["actions"].shape == (8, 2, 1)
