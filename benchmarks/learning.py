@@ -8,6 +8,7 @@ from __future__ import annotations
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import time
@@ -55,6 +56,9 @@ def run(case: str, seed: int) -> dict:
     if out.returncode or not m:
         return dict(case=case, seed=seed, error=(out.stderr or out.stdout)[-300:])
     reason, steps, seconds, sps, mean, std, run_dir = m.groups()
+    plot = Path(run_dir) / "history.png"
+    if plot.exists():  # the curve next to the results table
+        shutil.copy(plot, Path(__file__).parent / "plots" / f"{case}_seed{seed}.png")
     return dict(case=case, seed=seed, steps=int(steps.replace(",", "")), train_s=float(seconds),
                 steps_per_s=int(sps.replace(",", "")), eval_mean=float(mean), eval_std=float(std), wall_s=round(wall, 1),
                 passed=None if threshold is None else float(mean) >= threshold, threshold=threshold, run_dir=run_dir,

@@ -56,3 +56,11 @@ def test_async_vectorization_trains():
     summary = agent.fit(max_steps=64, progress="none")
     envs.close()
     assert summary["steps"] == 64
+
+
+def test_truncation_bootstrap_can_be_turned_off():
+    envs = make_envs("CartPole-v1", n_envs=2, seed=0, max_episode_steps=5)
+    agent = PPO(envs, seed=0, n_steps=12, mini_batches=1, bootstrap_truncation=False)
+    batch = agent.collect()
+    assert np.all(batch["rewards"].numpy() == 1.0)  # no value added at truncation
+    assert batch["dones"].numpy().sum() >= 4

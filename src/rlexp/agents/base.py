@@ -67,6 +67,8 @@ class Agent:
         normalize_obs: normalise vector observations with running statistics (saved in checkpoints,
             applied in play and eval).
         normalize_reward: scale rewards by the running std of the discounted return.
+        bootstrap_truncation: treat time-limit truncation as non-terminal (bootstrap from the final
+            observation); False treats it as an episode end like termination.
     """
 
     action_spaces: tuple[str, ...] = ("discrete", "continuous")
@@ -81,7 +83,8 @@ class Agent:
                  divergence_monitoring_steps: int | None = None, plateau_reduce_factor: float = 0.9,
                  plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
                  display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
-                 normalize_obs: bool = False, normalize_reward: bool = False) -> None:
+                 normalize_obs: bool = False, normalize_reward: bool = False,
+                 bootstrap_truncation: bool = True) -> None:
         self.envs = envs
         self.n_envs = envs.num_envs
         self.observation_space = envs.single_observation_space
@@ -106,6 +109,7 @@ class Agent:
         self.early_stop_patience = int(early_stop_patience)
         self.log_frequency, self.display_precision, self.quiet = log_frequency, int(display_precision), bool(quiet)
         self.clip_rewards = bool(clip_rewards)
+        self.bootstrap_truncation = bool(bootstrap_truncation)
         self.seed = seed
         self.buffer = buffer
 
@@ -243,6 +247,8 @@ class Agent:
         rewards = self.normalizer.reward(rewards, dones)
         if self.clip_rewards:
             rewards = np.sign(rewards)
+        if not self.bootstrap_truncation:
+            terminated, truncated = dones, np.zeros_like(truncated)
         return obs, rewards.astype(np.float32), terminated, truncated, next_obs
 
     # ----- the loop -------------------------------------------------------------------------------
