@@ -48,6 +48,7 @@ class ACER(OnPolicyAgent):
 
     action_spaces = ("discrete",)
     off_policy = True
+    jit_update = False  # the update stores and samples rollouts through NumPy; `learn` is compiled instead
 
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 20, ema_alpha: float = 0.99,
                  replay_ratio: float = 4, importance_c: float = 10.0, delta: float = 1.0, epsilon: float = 1e-6,
@@ -149,12 +150,14 @@ class ACER(OnPolicyAgent):
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         obs = tf.concat([batch["obs"], batch["last_obs"][None]], axis=0)
         data = [obs, batch["actions"], batch["rewards"], batch["dones"], batch["mu"]]
-        metrics = self.learn(*data)
+        if not hasattr(self, "_learn_fn"):
+            self._learn_fn = tf.function(self.learn, jit_compile=self.jit_compile)
+        metrics = self._learn_fn(*data)
         replays = tf.numpy_function(self._numpy_store, data, tf.int64, stateful=True)
         dtypes = [x.dtype for x in data]
         for _ in tf.range(replays):
             rollout = tf.numpy_function(self._numpy_sample, [], dtypes, stateful=True)
             for x, like in zip(rollout, data):
                 x.set_shape(like.shape)
-            self.learn(*rollout)
+            self._learn_fn(*rollout)
         return metrics

@@ -69,6 +69,7 @@ class Agent:
         normalize_reward: scale rewards by the running std of the discounted return.
         bootstrap_truncation: treat time-limit truncation as non-terminal (bootstrap from the final
             observation); False treats it as an episode end like termination.
+        jit_compile: compile the update (gradient) steps with XLA.
     """
 
     action_spaces: tuple[str, ...] = ("discrete", "continuous")
@@ -84,7 +85,7 @@ class Agent:
                  plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
                  display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
                  normalize_obs: bool = False, normalize_reward: bool = False,
-                 bootstrap_truncation: bool = True) -> None:
+                 bootstrap_truncation: bool = True, jit_compile: bool = False) -> None:
         self.envs = envs
         self.n_envs = envs.num_envs
         self.observation_space = envs.single_observation_space
@@ -110,6 +111,7 @@ class Agent:
         self.log_frequency, self.display_precision, self.quiet = log_frequency, int(display_precision), bool(quiet)
         self.clip_rewards = bool(clip_rewards)
         self.bootstrap_truncation = bool(bootstrap_truncation)
+        self.jit_compile = bool(jit_compile)
         self.seed = seed
         self.buffer = buffer
 
@@ -483,6 +485,7 @@ class OnPolicyAgent(Agent):
     """
 
     STEPS_PER_CALL = 256
+    jit_update = True  # `update` is pure TensorFlow (XLA can compile it)
 
     def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128,
                  log_std_init: float = 0.0, state_dependent_std: bool = False, **kwargs) -> None:
@@ -603,6 +606,7 @@ class OnPolicyAgent(Agent):
 
     def train_iteration(self) -> dict[str, float]:
         if not hasattr(self, "_train_fn"):
+            self._update_fn = tf.function(self.update, jit_compile=self.jit_compile and self.jit_update)
             self._train_fn = tf.function(self._fused_iterations)
         rollout = self.n_steps * self.n_envs
         cycles = max(1, min(self.updates_per_call, -(-(self.max_steps - self.steps) // rollout)))
@@ -612,10 +616,10 @@ class OnPolicyAgent(Agent):
     def _fused_iterations(self, obs: tf.Tensor, cycles: tf.Tensor) -> dict[str, tf.Tensor]:
         """`cycles` rollout + update cycles in one graph call; returns the mean metrics."""
         obs, batch = self.rollout(obs)
-        totals = self.update(batch)
+        totals = self._update_fn(batch)
         for _ in tf.range(cycles - 1):
             obs, batch = self.rollout(obs)
-            metrics = self.update(batch)
+            metrics = self._update_fn(batch)
             totals = {k: totals[k] + metrics[k] for k in totals}
         return {k: v / tf.cast(cycles, tf.float32) for k, v in totals.items()}
 

