@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -19,35 +21,46 @@ ROOT = Path(__file__).resolve().parents[1]
 SB3_CASES = ROOT.parent / "shared" / "bench" / "sb3_cases.py"
 CASES = {  # same hyperparameters, networks, env steps and gradient updates as sb3_cases.py
     "ppo-cartpole": ["agent=ppo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"],
+    "a2c-cartpole": ["agent=a2c", "env=cartpole", "run.max_steps=2e5", "run.target_reward=null"],
     "dqn-cartpole": ["agent=dqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null"],
+    "td3-pendulum": ["agent=td3", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
 }
 SUMMARY = re.compile(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s .*\| eval (-?[\d.]+) ± ([\d.]+)")
+
+
+def timed(command: list[str], cwd: Path | None = None) -> tuple[str, str, float, float]:
+    """Run a command; (stdout, stderr, wall seconds, peak RSS in MB of that process)."""
+    with tempfile.TemporaryFile("w+") as out, tempfile.TemporaryFile("w+") as err:
+        start = time.perf_counter()
+        proc = subprocess.Popen(command, cwd=cwd, stdout=out, stderr=err, text=True)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.perf_counter() - start
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        out.seek(0), err.seek(0)
+        stdout, stderr = out.read(), err.read()
+    if proc.returncode:
+        raise SystemExit(f"{' '.join(command)} failed:\n{stdout[-2000:]}{stderr[-2000:]}")
+    return stdout, stderr, wall, usage.ru_maxrss / 1024
 
 
 def run_rlexp(case: str, seed: int) -> dict:
     cwd = ROOT / "benchmarks" / "runs"
     cwd.mkdir(exist_ok=True)
-    start = time.perf_counter()
-    out = subprocess.run([sys.executable, "-m", "rlexp", *CASES[case], f"seed={seed}", "run.progress=none"],
-                         cwd=cwd, capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    m = SUMMARY.search(out.stdout)
+    stdout, stderr, wall, rss = timed([sys.executable, "-m", "rlexp", *CASES[case], f"seed={seed}",
+                                       "run.progress=none"], cwd)
+    m = SUMMARY.search(stdout)
     if not m:
-        raise SystemExit(out.stdout[-2000:] + out.stderr[-2000:])
+        raise SystemExit(stdout[-2000:] + stderr[-2000:])
     steps, seconds, mean, std = m.groups()
     return dict(tool="rlexp", case=case, seed=seed, seconds=float(seconds), steps=int(steps.replace(",", "")),
-                eval_mean=float(mean), eval_std=float(std), wall_s=round(wall, 2))
+                eval_mean=float(mean), eval_std=float(std), wall_s=round(wall, 2), peak_rss_mb=round(rss))
 
 
 def run_sb3(python: str, case: str, seed: int) -> dict:
-    start = time.perf_counter()
-    out = subprocess.run([python, str(SB3_CASES), case, str(seed)], capture_output=True, text=True)
-    wall = time.perf_counter() - start
-    if out.returncode:
-        raise SystemExit(out.stderr[-2000:])
-    row = json.loads(out.stdout.strip().splitlines()[-1])
+    stdout, _, wall, rss = timed([python, str(SB3_CASES), case, str(seed)])
+    row = json.loads(stdout.strip().splitlines()[-1])
     return dict(tool="sb3", case=case, seed=seed, seconds=row["seconds"], steps=row["steps"],
-                eval_mean=row["eval_mean"], eval_std=row["eval_std"], wall_s=round(wall, 2))
+                eval_mean=row["eval_mean"], eval_std=row["eval_std"], wall_s=round(wall, 2), peak_rss_mb=round(rss))
 
 
 def main() -> None:
@@ -64,8 +77,9 @@ def main() -> None:
             if opts.sb3_python:
                 rows.append(run_sb3(opts.sb3_python, case, rep))
                 print(json.dumps(rows[-1]), flush=True)
-    print("\n| case | tool | train s (median) | steps/s | eval mean (median) | wall s (median) | SB3 time / rlexp time |")
-    print("|---|---|---|---|---|---|---|")
+    print("\n| case | tool | train s (median) | steps/s | peak RSS MB | eval mean (median) | wall s (median) "
+          "| SB3 time / rlexp time |")
+    print("|---|---|---|---|---|---|---|---|")
     for case in opts.cases:
         med = {tool: [r for r in rows if r["case"] == case and r["tool"] == tool] for tool in ("rlexp", "sb3")}
         secs = {tool: statistics.median(r["seconds"] for r in rs) for tool, rs in med.items() if rs}
@@ -74,8 +88,10 @@ def main() -> None:
                 continue
             ratio = f"{secs['sb3'] / secs['rlexp']:.2f}x" if tool == "rlexp" and "sb3" in secs else ""
             print(f"| {case} | {tool} | {secs[tool]:.1f} | {rs[0]['steps'] / secs[tool]:,.0f} | "
+                  f"{statistics.median(r['peak_rss_mb'] for r in rs):,.0f} | "
                   f"{statistics.median(r['eval_mean'] for r in rs):.1f} | "
                   f"{statistics.median(r['wall_s'] for r in rs):.1f} | {ratio} |")
+
 
 if __name__ == "__main__":
     main()
