@@ -267,3 +267,25 @@ def test_state_dependent_std_policy_head():
     assert agent.model.outputs[0].shape[-1] == 2 and agent.extra_variables() == {}
     batch = agent.collect()
     assert batch["actions"].shape == (8, 2, 1)
+
+
+def test_gsde_noise_is_features_times_a_matrix_held_for_the_rollout():
+    from rlexp.agents import PPO
+
+    agent = PPO(make_envs("Pendulum-v1", n_envs=2, seed=0), seed=0, n_steps=8, mini_batches=1, use_sde=True,
+                sde_sample_freq=4, log_std_init=-1.0)
+    features = agent.model.outputs[-1].shape[-1]
+    assert agent.log_std.shape == (features, 1) and agent.sde_noise.shape == (features, 1)
+    obs = tf.constant(np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32))
+    out, _ = agent.forward(obs)
+    mean, log_std = agent.gaussian(out)
+    latent = out[:, 1:].numpy()
+    # per-row variance = sum_j features_j^2 exp(log_std_j)^2
+    np.testing.assert_allclose(np.exp(2 * log_std.numpy()[:, 0]), (latent**2).sum(axis=1) * np.exp(-2.0) + 1e-6,
+                               rtol=1e-4)
+    agent.resample_sde_noise()
+    actions = agent.sample_action(obs)["actions"].numpy()
+    np.testing.assert_allclose(actions, mean.numpy() + latent @ agent.sde_noise.numpy(), rtol=1e-5, atol=1e-6)
+    before = agent.sde_noise.numpy().copy()
+    agent.collect()  # redraws at steps 0 and 4
+    assert not np.array_equal(before, agent.sde_noise.numpy())

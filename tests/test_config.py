@@ -67,7 +67,7 @@ def test_agent_preset_defaults_agree_with_code(agent):
     assert set(preset) <= set(code), f"preset keys the code does not take: {set(preset) - set(code)}"
     not_options = {"model", "buffer", "seed", "clip_rewards"}  # set from the other config groups
     if "continuous" not in cls.action_spaces:
-        not_options |= {"log_std_init", "state_dependent_std"}
+        not_options |= {"log_std_init", "state_dependent_std", "use_sde", "sde_sample_freq"}
     missing = {k for k in code if k not in preset} - not_options
     assert not missing, f"constructor options missing from conf/agent/{agent}.yaml: {missing}"
     for key, value in preset.items():

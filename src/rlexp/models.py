@@ -39,7 +39,8 @@ def _make_layer(spec: Mapping[str, Any], defaults: Mapping[str, Any], units: int
 
 
 def build_model(preset: Mapping[str, Any], input_shape: tuple[int, ...], heads: Mapping[str, int],
-                input_dtype: Any = np.float32, channels_first: bool = False, name: str = "model") -> keras.Model:
+                input_dtype: Any = np.float32, channels_first: bool = False, name: str = "model",
+                latent_of: str | None = None) -> keras.Model:
     """Build a functional Keras model from a preset.
 
     preset: `layers` (dicts with type, units/filters, activation, `common`, `output`), `initializer`, `gain`,
@@ -47,6 +48,7 @@ def build_model(preset: Mapping[str, Any], input_shape: tuple[int, ...], heads: 
     input_shape: observation shape; uint8 inputs are scaled to [0, 1].
     heads: output name -> units, in the order of the model's outputs (e.g. {"policy": 2, "value": 1}).
     channels_first: observations are stacked frames (N, H, W); they are moved to channels-last for Conv2D.
+    latent_of: also output the features that feed this head's output layer (last, e.g. for gSDE).
     """
     layers = list(preset.get("layers") or [])
     defaults = {"initializer": preset.get("initializer", "orthogonal"), "gain": preset.get("gain", 1.0)}
@@ -79,13 +81,16 @@ def build_model(preset: Mapping[str, Any], input_shape: tuple[int, ...], heads: 
             started_towers = True
     tower = [spec for spec in hidden if not spec.get("common")]
     head_overrides = preset.get("heads") or {}
-    results = []
+    results, latent = [], None
     for head, units in heads.items():
         h = x
         for spec in tower:
             h = _make_layer(spec, defaults)(h)
         spec = {**layers[-1], **dict(head_overrides.get(head) or {})}
         results.append(_make_layer(spec, defaults, units=int(units), name=head)(h))
+        latent = h if head == latent_of else latent
+    if latent_of is not None:
+        results.append(latent)
     return keras.Model(inputs, results, name=name)
 
 

@@ -39,19 +39,6 @@ class A2C(OnPolicyAgent):
         self.normalize_advantage = bool(normalize_advantage)
         super().__init__(envs, model, buffer, n_steps=n_steps, optimizer=optimizer, opt_epsilon=opt_epsilon, **kwargs)
 
-    def build(self) -> None:
-        self.model = self.build_model({"policy": self.policy_units, "value": 1})
-        self.make_log_std()
-        self.optimizer = self.make_optimizer()
-        self.optimizer.build(self.trainable_variables())
-
-    def trainable_variables(self, optimizer_name: str = "model") -> list[tf.Variable]:
-        return self.model.trainable_variables + list(self.extra_variables().values())
-
-    def forward(self, obs):
-        out, value = self.model(obs)
-        return out, value[:, 0]
-
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         advantages, returns = compute_gae(batch["rewards"], batch["values"], batch["dones"], batch["last_values"],
                                           self.gamma, self.lam)

@@ -183,7 +183,7 @@ class Agent:
         return model
 
     def build_model(self, heads: Mapping[str, int], name: str = "model", preset: Mapping[str, Any] | None = None,
-                    extra_inputs: int = 0):
+                    extra_inputs: int = 0, latent_of: str | None = None):
         """A Keras model from the model preset with the given output heads (name -> units).
 
         extra_inputs: features appended to (vector) observations, e.g. the action of a Q(s, a) critic.
@@ -194,7 +194,7 @@ class Agent:
             return build_model(preset or self.model_preset, (self.obs_shape[0] + extra_inputs,), heads, name=name)
         channels_first = self.image_obs and len(self.obs_shape) == 3 and self.obs_shape[0] < self.obs_shape[-1]
         return build_model(preset or self.model_preset, self.obs_shape, heads, input_dtype=self.obs_dtype,
-                           channels_first=channels_first, name=name)
+                           channels_first=channels_first, name=name, latent_of=latent_of)
 
     def make_optimizer(self):
         import keras
@@ -480,6 +480,9 @@ class OnPolicyAgent(Agent):
         log_std_init: continuous actions: initial log standard deviation of the Gaussian policy.
         state_dependent_std: continuous actions: the policy head outputs the log std too (clipped to
             [-20, 2]) instead of a learned state-independent vector.
+        use_sde: continuous actions: generalised state-dependent exploration (Raffin et al. 2022): the
+            noise is the policy's last hidden features times a random matrix drawn from N(0, std^2)
+            every `sde_sample_freq` steps (-1: once per rollout); std is a learned [features, actions] matrix.
     Continuous actions are sampled unbounded and clipped to the action space when stepping; the
     unclipped sample is what the log-probabilities are computed for (as SB3 does).
     """
@@ -488,11 +491,16 @@ class OnPolicyAgent(Agent):
     jit_update = True  # `update` is pure TensorFlow (XLA can compile it)
 
     def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128,
-                 log_std_init: float = 0.0, state_dependent_std: bool = False, **kwargs) -> None:
+                 log_std_init: float = 0.0, state_dependent_std: bool = False, use_sde: bool = False,
+                 sde_sample_freq: int = -1, **kwargs) -> None:
         if int(n_steps) < 1:
             raise UserError(f"agent.n_steps={n_steps} must be at least 1")
         self.n_steps = int(n_steps)
         self.log_std_init, self.state_dependent_std = float(log_std_init), bool(state_dependent_std)
+        self.sde = bool(use_sde) and space_kind(envs.single_action_space) == "continuous"
+        self.sde_sample_freq = int(sde_sample_freq) if int(sde_sample_freq) > 0 else int(n_steps)
+        if self.sde and self.state_dependent_std:
+            raise UserError("agent.use_sde and agent.state_dependent_std exclude each other; pick one")
         super().__init__(envs, model, buffer, **kwargs)
         self.updates_per_call = max(1, -(-self.STEPS_PER_CALL // (self.n_steps * self.n_envs)))
 
@@ -503,12 +511,42 @@ class OnPolicyAgent(Agent):
         continuous = self.action_kind == "continuous"
         return self.n_actions * (2 if continuous and self.state_dependent_std else 1)
 
-    def make_log_std(self) -> None:
-        self.log_std = tf.Variable(tf.fill([self.n_actions], self.log_std_init), name="log_std")
+    def make_log_std(self, policy_model=None) -> None:
+        """The learned log std: a vector, or with gSDE a [features, actions] matrix (plus its noise draw)."""
+        shape = [self.n_actions]
+        if self.sde:
+            shape = [int((policy_model or self.model).outputs[-1].shape[-1]), self.n_actions]
+            self.sde_noise = tf.Variable(tf.zeros(shape), name="sde_noise")
+        self.log_std = tf.Variable(tf.fill(shape, self.log_std_init), name="log_std")
+
+    def policy_head(self, outputs) -> tf.Tensor:
+        """The policy output from a model's outputs; with gSDE the (gradient-stopped) features are appended."""
+        if not self.sde:
+            return outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+        return tf.concat([outputs[0], tf.stop_gradient(outputs[-1])], axis=-1)
+
+    def model_kwargs(self) -> dict[str, Any]:
+        """build_model options for the model holding the policy head."""
+        return {"latent_of": "policy"} if self.sde else {}
+
+    def build(self) -> None:
+        """One model with policy and value heads (A2C, PPO); TRPO builds separate actor and critic."""
+        self.model = self.build_model({"policy": self.policy_units, "value": 1}, **self.model_kwargs())
+        self.make_log_std()
+        self.optimizer = self.make_optimizer()
+        self.optimizer.build(self.trainable_variables())
+
+    def std_variables(self) -> list[tf.Variable]:
+        """The learned log std (continuous actions with a state-independent or gSDE std)."""
+        return [self.log_std] if self.action_kind == "continuous" and not self.state_dependent_std else []
+
+    def trainable_variables(self, optimizer_name: str = "model") -> list[tf.Variable]:
+        return self.model.trainable_variables + self.std_variables()
 
     def forward(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """(policy head output, state values [batch])."""
-        raise NotImplementedError  # abstract
+        outputs = self.model(obs)
+        return self.policy_head(outputs), outputs[1][:, 0]
 
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """Learn from one rollout ([T, N, ...] tensors plus `last_values`); graph code."""
@@ -519,6 +557,10 @@ class OnPolicyAgent(Agent):
         if self.state_dependent_std:
             mean, log_std = tf.split(out, 2, axis=-1)
             return mean, tf.clip_by_value(log_std, -20.0, 2.0)
+        if self.sde:  # var_k = sum_j features_j^2 std_jk^2
+            mean, features = out[:, :self.n_actions], out[:, self.n_actions:]
+            variance = tf.matmul(tf.square(features), tf.exp(2.0 * self.log_std))
+            return mean, 0.5 * tf.math.log(variance + 1e-6)
         return out, self.log_std
 
     def log_prob_entropy(self, out: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -548,11 +590,16 @@ class OnPolicyAgent(Agent):
         out, value = self.forward(obs)
         if self.action_kind == "discrete":
             actions = D.categorical_sample(out, self.tf_rng)
+        elif self.sde:
+            actions = out[:, :self.n_actions] + tf.matmul(out[:, self.n_actions:], self.sde_noise)
         else:
             mean, log_std = self.gaussian(out)
             actions = D.gaussian_sample(mean, log_std, self.tf_rng)
         log_probs, _ = self.log_prob_entropy(out, actions)
         return dict(actions=actions, log_probs=log_probs, values=value)
+
+    def resample_sde_noise(self) -> None:
+        self.sde_noise.assign(self.tf_rng.normal(tf.shape(self.log_std)) * tf.exp(self.log_std))
 
     def value(self, obs: tf.Tensor) -> tf.Tensor:
         return self.forward(obs)[1]
@@ -563,7 +610,7 @@ class OnPolicyAgent(Agent):
 
     def extra_variables(self) -> dict[str, tf.Variable]:
         if self.action_kind == "continuous" and not self.state_dependent_std:
-            return {"log_std": self.log_std}
+            return {"log_std": self.log_std} | ({"sde_noise": self.sde_noise} if self.sde else {})
         return {}
 
     # ----- collection -------------------------------------------------------------------------------
@@ -578,6 +625,8 @@ class OnPolicyAgent(Agent):
         dtypes = self.step_dtypes() | dict(obs=obs_dtype, rewards=tf.float32, dones=tf.float32)
         arrays = {k: tf.TensorArray(dtype, self.n_steps) for k, dtype in dtypes.items()}
         for t in tf.range(self.n_steps):
+            if self.sde and t % self.sde_sample_freq == 0:
+                self.resample_sde_noise()
             outputs = self.sample_action(obs) | {"obs": obs}
             arrays = {k: arrays[k].write(t, outputs[k]) if k in outputs else arrays[k] for k in arrays}
             actions = outputs["actions"]

@@ -53,19 +53,6 @@ class PPO(OnPolicyAgent):
             raise UserError(f"agent.mini_batches={self.mini_batches} must divide the rollout size "
                             f"n_steps*n_envs={rollout}")
 
-    def build(self) -> None:
-        self.model = self.build_model({"policy": self.policy_units, "value": 1})
-        self.make_log_std()
-        self.optimizer = self.make_optimizer()
-        self.optimizer.build(self.trainable_variables())
-
-    def trainable_variables(self, optimizer_name: str = "model") -> list[tf.Variable]:
-        return self.model.trainable_variables + list(self.extra_variables().values())
-
-    def forward(self, obs):
-        out, value = self.model(obs)
-        return out, value[:, 0]
-
     # ----- update ---------------------------------------------------------------------------------
     def loss(self, obs, actions, old_log_probs, advantages, returns, old_values):
         """Clipped surrogate + value loss + entropy bonus on one minibatch; returns (loss, metrics)."""

@@ -76,9 +76,9 @@ class TRPO(OnPolicyAgent):
                             f"n_steps*n_envs={rollout}")
 
     def build(self) -> None:
-        self.actor = self.build_model({"policy": self.policy_units}, name="actor")
+        self.actor = self.build_model({"policy": self.policy_units}, name="actor", **self.model_kwargs())
         self.critic = self.build_model({"value": 1}, name="critic")
-        self.make_log_std()
+        self.make_log_std(self.actor)
         self.critic_optimizer = self.make_optimizer()
         self.critic_optimizer.build(self.critic.trainable_variables)
 
@@ -89,10 +89,13 @@ class TRPO(OnPolicyAgent):
         return {"critic": self.critic_optimizer}
 
     def actor_variables(self) -> list[tf.Variable]:
-        return self.actor.trainable_variables + list(self.extra_variables().values())
+        return self.actor.trainable_variables + self.std_variables()
+
+    def actor_out(self, obs: tf.Tensor) -> tf.Tensor:
+        return self.policy_head(self.actor(obs))
 
     def forward(self, obs):
-        return self.actor(obs), self.critic(obs)[:, 0]
+        return self.actor_out(obs), self.critic(obs)[:, 0]
 
     def value(self, obs):
         return self.critic(obs)[:, 0]
@@ -100,7 +103,7 @@ class TRPO(OnPolicyAgent):
     # ----- update ---------------------------------------------------------------------------------
     def surrogate(self, obs, actions, old_log_probs, advantages) -> tuple[tf.Tensor, tf.Tensor]:
         """(mean importance-weighted advantage + entropy bonus, policy outputs)."""
-        out = self.actor(obs)
+        out = self.actor_out(obs)
         log_probs, entropy = self.log_prob_entropy(out, actions)
         gain = tf.reduce_mean(tf.exp(log_probs - old_log_probs) * advantages)
         return gain + self.entropy_coef * tf.reduce_mean(entropy), out
@@ -110,13 +113,13 @@ class TRPO(OnPolicyAgent):
         variables = self.actor_variables()
         with tf.GradientTape() as outer:
             with tf.GradientTape() as inner:
-                kl = tf.reduce_mean(self.kl(old, self.dist_params(self.actor(obs))))
+                kl = tf.reduce_mean(self.kl(old, self.dist_params(self.actor_out(obs))))
             grad_dot_v = tf.tensordot(flat_concat(inner.gradient(kl, variables)), vector, 1)
         return flat_concat(outer.gradient(grad_dot_v, variables)) + self.cg_damping * vector
 
     def update_actor(self, obs, actions, old_log_probs, advantages) -> dict[str, tf.Tensor]:
         variables = self.actor_variables()
-        old = tuple(tf.stop_gradient(p) for p in self.dist_params(self.actor(obs)))
+        old = tuple(tf.stop_gradient(p) for p in self.dist_params(self.actor_out(obs)))
         with tf.GradientTape() as tape:
             objective, _ = self.surrogate(obs, actions, old_log_probs, advantages)
         gradient = flat_concat(tape.gradient(objective, variables))
