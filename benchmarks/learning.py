@@ -65,26 +65,35 @@ def run(case: str, seed: int) -> dict:
                 frames_per_s=int(sps.replace(",", "")) * 4 if threshold is None else None)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser()
-    parser.add_argument("cases", nargs="*", default=list(CASES))
-    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    opts = parser.parse_args()
-    rows = []
-    for case in opts.cases:
-        for seed in opts.seeds:
-            row = run(case, seed)
-            print(json.dumps(row), flush=True)
-            rows.append(row)
+def print_table(rows: list[dict]) -> None:
     print("\n| case | seed | steps | train s | steps/s | eval (20 ep) | threshold | pass |")
     print("|---|---|---|---|---|---|---|---|")
     for r in rows:
         if "error" in r:
             print(f"| {r['case']} | {r['seed']} | error: {r['error']!r} |||||")
         else:
+            passed = {True: "yes", False: "NO", None: f"throughput only: {r['steps_per_s'] * 4:,} frames/s"}[r["passed"]]
             print(f"| {r['case']} | {r['seed']} | {r['steps']:,} | {r['train_s']:.1f} | {r['steps_per_s']:,} | "
-                  f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f} | {r['threshold']} | "
-                  f"{ {True: 'yes', False: 'NO', None: 'throughput only'}[r['passed']]} |")
+                  f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f} | {r['threshold']} | {passed} |")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cases", nargs="*", default=list(CASES))
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--table", nargs="+", metavar="LOG", help="only print the table of earlier runs' JSON lines")
+    opts = parser.parse_args()
+    if opts.table:
+        rows = [json.loads(line) for log in opts.table for line in open(log) if line.startswith("{")]
+        latest = {(r["case"], r["seed"]): r for r in rows if "error" not in r}  # a rerun replaces an errored run
+        return print_table(sorted(latest.values(), key=lambda r: (list(CASES).index(r["case"]), r["seed"])))
+    rows = []
+    for case in opts.cases:
+        for seed in opts.seeds:
+            row = run(case, seed)
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    print_table(rows)
 
 
 if __name__ == "__main__":

@@ -142,3 +142,26 @@ def test_bad_input_is_one_clear_line(tmp_path, args, message):
     assert message in result.stdout + result.stderr
     assert "Traceback" not in result.stdout + result.stderr
     assert not run_dirs(tmp_path)
+
+
+def test_tensorboard_scalars_and_offline_wandb_run(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(WANDB_BASE_URL="http://127.0.0.1:9", HOME=str(tmp_path))  # no network, no account
+    result = subprocess.run([sys.executable, "-m", "rlexp", *TINY_PPO, "logger=wandb", "run.eval_episodes=2",
+                             "logger.project=rlexp-test"], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                            env=dict(env, TF_CPP_MIN_LOG_LEVEL="3"))
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "wandb: offline run" in result.stdout + result.stderr
+    (run,) = run_dirs(tmp_path)
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    events = EventAccumulator(str(run / "tb"), size_guidance={"tensors": 0})
+    events.Reload()
+    tags = set(events.Tags()["tensors"])
+    assert {"episode/return", "episode/mean_return", "train/policy_loss", "train/value_loss", "train/entropy",
+            "train/approx_kl", "train/learning_rate", "train/steps_per_s", "eval/mean_return"} <= tags
+    (offline,) = list((run / "wandb").glob("offline-run-*"))
+    assert list(offline.glob("*.wandb"))
+    log_text = (next((run / "wandb").glob("offline-run-*")) / "logs" / "debug.log").read_text()
+    assert "finish" in log_text.lower()
+    assert "python -m rlexp +resume=" in result.stdout + result.stderr

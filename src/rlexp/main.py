@@ -182,18 +182,49 @@ def train(cfg: DictConfig) -> float:
         log.info(f"resumed {run_dir} at step {state['steps']:,} ({state['episodes']:,} episodes)")
     if not cfg.agent.get("quiet"):
         log.info(f"training {type(agent).__name__} on {cfg.env.id} ({cfg.env.n_envs} envs) -> {run_dir}")
-    summary = agent.fit(cfg.run.max_steps, cfg.run.target_reward, run_dir=run_dir,
-                        checkpoint_interval=float(cfg.run.checkpoint_interval),
-                        history_interval=float(cfg.run.history_interval), progress=cfg.run.progress,
-                        config=_run_config(cfg))
-    returns = evaluate(agent, cfg)
-    precision = int(cfg.agent.display_precision)
-    mean, std = _mean_std(returns)
+    tracker = make_tracker(cfg, run_dir)
+    failed = True
+    try:
+        summary = agent.fit(cfg.run.max_steps, cfg.run.target_reward, run_dir=run_dir,
+                            checkpoint_interval=float(cfg.run.checkpoint_interval),
+                            history_interval=float(cfg.run.history_interval), progress=cfg.run.progress,
+                            config=_run_config(cfg), tracker=tracker)
+        returns = evaluate(agent, cfg)
+        precision = int(cfg.agent.display_precision)
+        mean, std = _mean_std(returns)
+        if returns:
+            tracker.scalars(agent.steps, {"eval/mean_return": mean, "eval/std_return": std})
+        failed = False
+    finally:
+        tracker.close(failed)
     log.info(f"done ({summary['reason']}): {summary['steps']:,} steps in {summary['seconds']:.1f} s "
              f"({summary['steps_per_s']:,.0f} steps/s) | eval {mean:.{precision}f} ± {std:.{precision}f} "
              f"over {len(returns)} episodes | run dir: {run_dir}")
+    log.info(f"next: python -m rlexp mode=play +checkpoint={run_dir} +video_dir=videos | "
+             f"python -m rlexp mode=eval +checkpoint={run_dir} | python -m rlexp +resume={run_dir}")
     agent.envs.close()
     return mean
+
+
+def make_tracker(cfg: DictConfig, run_dir: Path):
+    """TensorBoard always; Weights & Biases with logger=wandb (grouped by sweep in --multirun)."""
+    from rlexp.tracking import TensorBoard, Trackers, Wandb
+
+    trackers = [TensorBoard(run_dir / "tb")]
+    logger = cfg.get("logger") or {}
+    if logger.get("name") == "wandb":
+        group = None
+        try:
+            from hydra.types import RunMode
+
+            if HydraConfig.get().mode == RunMode.MULTIRUN:
+                group = Path(HydraConfig.get().sweep.dir).name
+        except ValueError:
+            pass
+        settings = dict(OmegaConf.to_container(logger, resolve=True))
+        settings["name"] = settings.pop("run_name", None)
+        trackers.append(Wandb(settings, _run_config(cfg), run_dir, default_group=group))
+    return Trackers(trackers)
 
 
 def _mean_std(returns: list[float]) -> tuple[float, float]:
@@ -239,11 +270,22 @@ def play_or_eval(cfg: DictConfig) -> float:
     render_mode = "rgb_array" if capture else ("human" if cfg.get("render") else None)
     agent = build_agent(run_cfg, n_envs=1, render_mode=render_mode)
     agent.load(ckpt, weights_only=True)
+    name = ckpt.parent.parent.name
     returns = play(agent, agent.envs, episodes=int(cfg.play.episodes), video_dir=cfg.get("video_dir"),
                    frame_dir=cfg.get("frame_dir"), frame_frequency=int(cfg.play.frame_frequency),
                    frame_delay=float(cfg.play.frame_delay), render=bool(cfg.get("render")), fps=int(cfg.play.fps),
-                   name=f"{ckpt.parent.parent.name}")
+                   name=name)
     agent.envs.close()
+    if cfg.get("video_dir") and (cfg.get("logger") or {}).get("name") == "wandb":
+        from rlexp.tracking import Wandb
+
+        settings = dict(OmegaConf.to_container(cfg.logger, resolve=True))
+        settings["name"] = settings.pop("run_name", None) or f"{name}_play"
+        tracker = Wandb(settings, {"checkpoint": str(ckpt), "mode": "play"}, Path(cfg.video_dir))
+        try:
+            tracker.video(Path(cfg.video_dir) / f"{name}.mp4")
+        finally:
+            tracker.close()
     return _mean_std(returns)[0]
 
 

@@ -286,12 +286,16 @@ class Agent:
 
     def fit(self, max_steps: float, target_reward: float | None = None, run_dir: str | Path | None = None,
             checkpoint_interval: float = 30.0, history_interval: float = 2.0, progress: str = "auto",
-            config: Mapping[str, Any] | None = None) -> dict[str, Any]:
+            config: Mapping[str, Any] | None = None, tracker: Any = None) -> dict[str, Any]:
         """Train until `max_steps` env steps, the target mean reward, or early stopping.
 
         With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there.
+        `tracker` (see rlexp.tracking) receives episode returns, losses, learning rate and steps/s.
         Returns a summary: steps, seconds, reason, mean and best reward.
         """
+        from rlexp.tracking import Tracker
+
+        tracker = tracker or Tracker()
         self.max_steps = int(float(max_steps))
         run_dir = Path(run_dir) if run_dir else None
         self.config = dict(config or {})
@@ -315,7 +319,9 @@ class Agent:
                 metrics = self.train_iteration()
                 self.check_finite(metrics)
                 self.train_time = base_time + time.perf_counter() - session_start
+                rows = len(self.history)
                 best_pending |= self._record_episodes(self.train_time)
+                self._track(tracker, metrics, rows, start_steps, self.train_time - base_time)
                 bar.update(self.steps, self.episodes, self.mean_reward, self.best_reward)
                 if run_dir is None:
                     continue
@@ -340,6 +346,17 @@ class Agent:
         seconds = self.train_time - base_time
         return dict(steps=self.steps, seconds=seconds, steps_per_s=(self.steps - start_steps) / max(seconds, 1e-9),
                     reason=reason, mean_reward=self.mean_reward, best_reward=self.best_reward, episodes=self.episodes)
+
+    def _track(self, tracker: Any, metrics: Mapping[str, float], first_row: int, start_steps: int,
+               seconds: float) -> None:
+        """Send the new episodes and this iteration's metrics to the tracker."""
+        rows = self.history.rows
+        for i in range(first_row, len(self.history)):
+            tracker.scalars(rows["step"][i], {"episode/return": rows["episode_reward"][i],
+                                              "episode/mean_return": rows["mean_reward"][i]})
+        tracker.scalars(self.steps, {**{f"train/{k}": v for k, v in metrics.items()},
+                                     "train/learning_rate": self.current_lr(),
+                                     "train/steps_per_s": (self.steps - start_steps) / max(seconds, 1e-9)})
 
     def check_finite(self, metrics: Mapping[str, float]) -> None:
         bad = [k for k, v in metrics.items() if not np.isfinite(v)]
