@@ -165,3 +165,20 @@ def test_tensorboard_scalars_and_offline_wandb_run(tmp_path):
     log_text = (next((run / "wandb").glob("offline-run-*")) / "logs" / "debug.log").read_text()
     assert "finish" in log_text.lower()
     assert "python -m rlexp +resume=" in result.stdout + result.stderr
+
+
+def test_plot_mode_overlays_runs(trained):
+    cwd, _ = trained
+    result = rlexp(cwd, "mode=plot", "+runs=outputs/*/*_ppo_cartpole", "+output=compare.png")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert (cwd / "compare.png").stat().st_size > 1000 and "1 runs" in result.stdout
+    missing = rlexp(cwd, "mode=plot", "+runs=[no/such/dir]")
+    assert missing.returncode == 2 and "no run dir" in missing.stdout + missing.stderr
+
+
+def test_help_lists_groups_modes_and_examples(tmp_path):
+    result = rlexp(tmp_path, "--help")
+    assert result.returncode == 0
+    for text in ("Config groups", "agent: a2c, acer, base, ddpg, dqn, ppo, td3, trpo", "Modes (mode=...)",
+                 "python -m rlexp agent=td3 env=pendulum", "logger: none, wandb"):
+        assert text in result.stdout, text

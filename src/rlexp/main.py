@@ -289,7 +289,33 @@ def play_or_eval(cfg: DictConfig) -> float:
     return _mean_std(returns)[0]
 
 
-MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval}
+def plot_runs(cfg: DictConfig) -> float:
+    """Overlay the histories of several runs (+runs=[dirA,dirB] or a glob) into one PNG (+output=FILE)."""
+    import glob
+
+    import pandas as pd
+
+    from rlexp.history import plot_history
+
+    patterns = cfg.get("runs")
+    if not patterns:
+        raise UserError("mode=plot needs runs: +runs=[outputs/<date>/<run>,...] or +runs='outputs/*/*_ppo_cartpole'")
+    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    base = _original_cwd()
+    dirs: list[Path] = []
+    for pattern in patterns:
+        pattern = str(Path(pattern).expanduser() if Path(pattern).is_absolute() else base / pattern)
+        dirs += sorted(Path(p) for p in glob.glob(pattern) if (Path(p) / "history.parquet").exists())
+    if not dirs:
+        raise UserError(f"+runs={patterns}: no run dir with a history.parquet matches")
+    output = Path(cfg.get("output") or "runs.png")
+    output = output if output.is_absolute() else base / output
+    plot_history({d.name: pd.read_parquet(d / "history.parquet") for d in dirs}, output)
+    log.info(f"plot: {output} ({len(dirs)} runs)")
+    return float(len(dirs))
+
+
+MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval, "plot": plot_runs}
 
 
 @hydra.main(version_base="1.3", config_path="pkg://rlexp.conf", config_name="config")
