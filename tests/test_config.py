@@ -81,3 +81,16 @@ def test_readme_agent_tables_match_the_presets():
 
     readme = (Path(__file__).parents[1] / "README.md").read_text()
     assert agent_tables().strip() in readme, "README agent tables are stale: run `python -m rlexp.presets`"
+
+
+def test_readme_python_blocks_run(tmp_path, monkeypatch):
+    import re
+    from pathlib import Path
+
+    readme = (Path(__file__).parents[1] / "README.md").read_text()
+    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
+    assert blocks
+    monkeypatch.chdir(tmp_path)
+    for block in blocks:
+        exec(compile(block, "README.md", "exec"), {})
+    assert (tmp_path / "videos" / "play.mp4").exists() and (tmp_path / "my_run" / "history.parquet").exists()

@@ -374,6 +374,14 @@ class Agent:
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         return actions
 
+    def play(self, envs: gym.vector.VectorEnv, episodes: int = 1, video_dir: str | Path | None = None,
+             frame_dir: str | Path | None = None, fps: int = 30, name: str = "play") -> list[float]:
+        """Deterministic episodes in a 1-env vector env (make it with render_mode="rgb_array" to record
+        `video_dir/<name>.mp4` or jpg frames). Returns each episode's return."""
+        from rlexp.play import play
+
+        return play(self, envs, episodes=episodes, video_dir=video_dir, frame_dir=frame_dir, fps=fps, name=name)
+
     def evaluate(self, envs: gym.vector.VectorEnv, episodes: int) -> list[float]:
         """Run `episodes` deterministic episodes, spread over the given envs (each env's first episodes)."""
         n = envs.num_envs
