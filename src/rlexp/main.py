@@ -27,6 +27,8 @@ def _setup_tensorflow(cfg: DictConfig) -> None:
 
     tf.get_logger().setLevel(logging.ERROR)
     tf.config.threading.set_inter_op_parallelism_threads(1)
+    for gpu in tf.config.list_physical_devices("GPU"):  # parallel trials can share one GPU
+        tf.config.experimental.set_memory_growth(gpu, True)
     if cfg.run.tf_threads:
         tf.config.threading.set_intra_op_parallelism_threads(int(cfg.run.tf_threads))
     if cfg.seed is not None:
@@ -187,7 +189,7 @@ def train(cfg: DictConfig) -> float:
     try:
         summary = agent.fit(cfg.run.max_steps, cfg.run.target_reward, run_dir=run_dir,
                             checkpoint_interval=float(cfg.run.checkpoint_interval),
-                            history_interval=float(cfg.run.history_interval), progress=cfg.run.progress,
+                            history_interval=float(cfg.run.history_interval), progress=_progress_mode(cfg),
                             config=_run_config(cfg), tracker=tracker)
         returns = evaluate(agent, cfg)
         precision = int(cfg.agent.display_precision)
@@ -206,6 +208,21 @@ def train(cfg: DictConfig) -> float:
     return mean
 
 
+def _in_sweep() -> bool:
+    from hydra.types import RunMode
+
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
+
+
+def _progress_mode(cfg: DictConfig) -> str:
+    """Live bar on a terminal, log lines otherwise and in sweeps (many trials share one console)."""
+    mode = str(cfg.run.progress)
+    return "log" if mode == "auto" and _in_sweep() else mode
+
+
 def make_tracker(cfg: DictConfig, run_dir: Path):
     """TensorBoard always; Weights & Biases with logger=wandb (grouped by sweep in --multirun)."""
     from rlexp.tracking import TensorBoard, Trackers, Wandb
@@ -213,14 +230,7 @@ def make_tracker(cfg: DictConfig, run_dir: Path):
     trackers = [TensorBoard(run_dir / "tb")]
     logger = cfg.get("logger") or {}
     if logger.get("name") == "wandb":
-        group = None
-        try:
-            from hydra.types import RunMode
-
-            if HydraConfig.get().mode == RunMode.MULTIRUN:
-                group = Path(HydraConfig.get().sweep.dir).name
-        except ValueError:
-            pass
+        group = Path(HydraConfig.get().sweep.dir).name if _in_sweep() else None
         settings = dict(OmegaConf.to_container(logger, resolve=True))
         settings["name"] = settings.pop("run_name", None)
         trackers.append(Wandb(settings, _run_config(cfg), run_dir, default_group=group))
