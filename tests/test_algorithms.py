@@ -275,8 +275,8 @@ def test_gsde_noise_is_features_times_a_matrix_held_for_the_rollout():
     agent = PPO(make_envs("Pendulum-v1", n_envs=2, seed=0), seed=0, n_steps=8, mini_batches=1, use_sde=True,
                 sde_sample_freq=4, log_std_init=-1.0)
     features = agent.model.outputs[-1].shape[-1]
-    assert agent.log_std.shape == (features, 1) and agent.sde_noise.shape == (features, 1)
-    obs = tf.constant(np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32))
+    assert agent.log_std.shape == (features, 1) and agent.sde_noise.shape == (2, features, 1)  # per env
+    obs = tf.constant(np.random.default_rng(0).normal(size=(2, 3)).astype(np.float32))
     out, _ = agent.forward(obs)
     mean, log_std = agent.gaussian(out)
     latent = out[:, 1:].numpy()
@@ -285,7 +285,9 @@ def test_gsde_noise_is_features_times_a_matrix_held_for_the_rollout():
                                rtol=1e-4)
     agent.resample_sde_noise()
     actions = agent.sample_action(obs)["actions"].numpy()
-    np.testing.assert_allclose(actions, mean.numpy() + latent @ agent.sde_noise.numpy(), rtol=1e-5, atol=1e-6)
+    noise = agent.sde_noise.numpy()
+    expected = mean.numpy() + np.stack([latent[i] @ noise[i] for i in range(2)])
+    np.testing.assert_allclose(actions, expected, rtol=1e-5, atol=1e-6)
     before = agent.sde_noise.numpy().copy()
     agent.collect()  # redraws at steps 0 and 4
     assert not np.array_equal(before, agent.sde_noise.numpy())

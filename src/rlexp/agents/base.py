@@ -541,7 +541,7 @@ class OnPolicyAgent(Agent):
         shape = [self.n_actions]
         if self.sde:
             shape = [int((policy_model or self.model).outputs[-1].shape[-1]), self.n_actions]
-            self.sde_noise = tf.Variable(tf.zeros(shape), name="sde_noise")
+            self.sde_noise = tf.Variable(tf.zeros([self.n_envs, *shape]), name="sde_noise")  # one matrix per env
         self.log_std = tf.Variable(tf.fill(shape, self.log_std_init), name="log_std")
 
     def policy_head(self, outputs) -> tf.Tensor:
@@ -615,8 +615,8 @@ class OnPolicyAgent(Agent):
         out, value = self.forward(obs)
         if self.action_kind == "discrete":
             actions = D.categorical_sample(out, self.tf_rng)
-        elif self.sde:
-            actions = out[:, :self.n_actions] + tf.matmul(out[:, self.n_actions:], self.sde_noise)
+        elif self.sde:  # noise = features @ this env's exploration matrix
+            actions = out[:, :self.n_actions] + tf.einsum("nd,nda->na", out[:, self.n_actions:], self.sde_noise)
         else:
             mean, log_std = self.gaussian(out)
             actions = D.gaussian_sample(mean, log_std, self.tf_rng)
@@ -624,7 +624,7 @@ class OnPolicyAgent(Agent):
         return dict(actions=actions, log_probs=log_probs, values=value)
 
     def resample_sde_noise(self) -> None:
-        self.sde_noise.assign(self.tf_rng.normal(tf.shape(self.log_std)) * tf.exp(self.log_std))
+        self.sde_noise.assign(self.tf_rng.normal(tf.shape(self.sde_noise)) * tf.exp(self.log_std))
 
     def value(self, obs: tf.Tensor) -> tf.Tensor:
         return self.forward(obs)[1]
