@@ -1,3 +1,3 @@
-from rlexp.main import main
+from rlexp.main import cli
 
-main()
+cli()

@@ -71,7 +71,41 @@ def _instantiate(node: Any, **kwargs: Any) -> Any:
     except InstantiationException as e:
         if isinstance(e.__cause__, UserError):
             raise e.__cause__ from None
+        if isinstance(e.__cause__, (ValueError, TypeError)):  # a value of the wrong type in the config
+            target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
+            raise UserError(f"{target} rejected its config: {e.__cause__}; check the values set on the command "
+                            "line (e.g. agent.lr=3e-4) against the preset's types") from None
         raise
+
+
+def check_types(section: str, node: Any, cls: type) -> None:
+    """One line for a config value whose type doesn't fit the constructor's annotation (agent.lr=abc)."""
+    import types
+    import typing
+
+    hints: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        if "__init__" in vars(klass):
+            try:
+                hints.update(typing.get_type_hints(klass.__init__))
+            except Exception:  # noqa: BLE001 - unresolvable annotations: skip the check for that class
+                continue
+    wanted = {float: "a number", int: "an integer", bool: "true or false", str: "a string"}
+    for key, value in node.items():
+        hint = hints.get(key)
+        options = set(typing.get_args(hint)) if isinstance(hint, types.UnionType) else {hint}
+        if value is None and type(None) in options:
+            continue
+        simple = [t for t in options if t in wanted]
+        if not simple or len(simple) != len(options - {type(None)}):
+            continue
+        ok = any((t is bool and isinstance(value, bool))
+                 or (t is float and isinstance(value, (int, float)) and not isinstance(value, bool))
+                 or (t is int and not isinstance(value, bool) and (isinstance(value, int) or
+                                                                  (isinstance(value, float) and value.is_integer())))
+                 or (t is str and isinstance(value, str)) for t in simple)
+        if not ok:
+            raise UserError(f"{section}.{key}={value!r} must be {' or '.join(wanted[t] for t in simple)}")
 
 
 def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None):
@@ -79,6 +113,7 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     from rlexp.envs import env_from_config
 
     cls = agent_class(cfg.agent._target_)
+    check_types("agent", {k: v for k, v in cfg.agent.items() if k != "_target_"}, cls)
     overrides = {"render_mode": render_mode} if render_mode else {}
     if n_envs is not None:
         overrides["n_envs"] = n_envs
@@ -90,6 +125,10 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
         if not buffer_target.startswith("rlexp.buffers."):
             raise UserError(f"buffer _target_ {buffer_target!r} is not an rlexp buffer (rlexp.buffers.ReplayBuffer, "
                             "rlexp.buffers.FrameBuffer or rlexp.buffers.RolloutBuffer)")
+        from rlexp import buffers
+
+        check_types("buffer", {k: v for k, v in cfg.buffer.items() if k != "_target_"},
+                    getattr(buffers, buffer_target.rsplit(".", 1)[-1], object))
         buffer = _instantiate(cfg.buffer)
     model = OmegaConf.to_container(cfg.model, resolve=True)
     agent = _instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed,
@@ -328,11 +367,16 @@ def plot_runs(cfg: DictConfig) -> float:
 MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval, "plot": plot_runs}
 
 
+_task_started = False  # set once Hydra has composed a config and calls the task
+
+
 @hydra.main(version_base="1.3", config_path="pkg://rlexp.conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     """Compose the config, dispatch `mode`, return the objective (mean evaluation return)."""
     from rlexp.agents.base import TrainingDiverged
 
+    global _task_started
+    _task_started = True
     try:
         if cfg.mode not in MODES:
             raise UserError(f"mode={cfg.mode} is unknown; use one of {', '.join(MODES)}")
@@ -345,5 +389,16 @@ def main(cfg: DictConfig) -> float:
         sys.exit(1)
 
 
+def cli() -> None:
+    """The `rlexp` command: Hydra's own errors before the task starts (unknown group option, bad override
+    syntax, missing config) are user input errors too, so they exit with 2 like ours."""
+    try:
+        main()
+    except SystemExit as e:
+        if e.code == 1 and not _task_started:
+            sys.exit(2)
+        raise
+
+
 if __name__ == "__main__":
-    main()
+    cli()
