@@ -387,6 +387,10 @@ def main(cfg: DictConfig) -> float:
     except TrainingDiverged as e:
         log.error(f"error: training diverged: {e}; the last good checkpoint is in checkpoints/last.ckpt")
         sys.exit(1)
+    except OSError as e:  # disk full, permissions, ...: the previous checkpoint stays complete
+        log.error(f"error: could not write {e.filename or 'a file'}: {e.strerror or e}; the previous "
+                  "checkpoint is intact (free space or fix permissions, then +resume)")
+        sys.exit(1)
 
 
 def cli() -> None:

@@ -1,0 +1,92 @@
+"""Resume restores exactly what was saved; failures leave the previous checkpoint loadable."""
+import errno
+
+import numpy as np
+import pytest
+
+from rlexp.agents import DQN, PPO, TD3
+from rlexp.agents.base import TrainingDiverged
+from rlexp.buffers import ReplayBuffer
+from rlexp.envs import make_envs
+
+
+def dqn(**kwargs):
+    return DQN(make_envs("CartPole-v1", n_envs=1, seed=0), buffer=ReplayBuffer(5000, 200, 32), seed=0,
+               train_freq=16, gradient_steps=4, epsilon_decay_steps=2000, lr_schedule="linear", **kwargs)
+
+
+def test_dqn_resume_restores_optimizer_schedules_and_buffer(tmp_path):
+    agent = dqn()
+    agent.fit(max_steps=800, progress="none")
+    agent.save(tmp_path / "last.ckpt")
+    resumed = dqn()
+    resumed.load(tmp_path / "last.ckpt")
+    resumed.max_steps = agent.max_steps
+    for a, b in zip(agent.optimizer.variables, resumed.optimizer.variables):
+        np.testing.assert_array_equal(np.asarray(a), np.asarray(b))  # Adam moments and iteration count
+    assert resumed.steps == agent.steps and resumed.epsilon == agent.epsilon
+    assert resumed.current_lr() == agent.current_lr() < agent.lr  # linear schedule continues, not restarts
+    assert resumed.buffer.size == agent.buffer.size > 0 and resumed.buffer.index == agent.buffer.index
+    np.testing.assert_array_equal(resumed.buffer.data["obs"][: agent.buffer.size], agent.buffer.data["obs"][: agent.buffer.size])
+    assert resumed.rng.bit_generator.state == agent.rng.bit_generator.state
+    np.testing.assert_array_equal(resumed.tf_rng.state.numpy(), agent.tf_rng.state.numpy())
+    before = resumed.model.get_weights()[0].copy()
+    resumed.train_iteration()  # the first update samples from the restored, non-empty buffer
+    assert not np.array_equal(before, resumed.model.get_weights()[0])
+
+
+def test_normalizer_and_noise_state_survive_resume(tmp_path):
+    def ppo():
+        return PPO(make_envs("Pendulum-v1", n_envs=2, seed=0), seed=0, n_steps=16, mini_batches=2, use_sde=True,
+                   normalize_obs=True, normalize_reward=True)
+
+    agent = ppo()
+    agent.fit(max_steps=64, progress="none")
+    agent.save(tmp_path / "last.ckpt")
+    resumed = ppo()
+    resumed.load(tmp_path / "last.ckpt")
+    for key, value in agent.normalizer.state_dict().items():
+        np.testing.assert_array_equal(resumed.normalizer.state_dict()[key], value)
+    np.testing.assert_array_equal(resumed.sde_noise.numpy(), agent.sde_noise.numpy())
+    np.testing.assert_array_equal(resumed.log_std.numpy(), agent.log_std.numpy())
+
+
+def test_td3_resume_keeps_update_counter(tmp_path):
+    def td3():
+        return TD3(make_envs("Pendulum-v1", n_envs=1, seed=0), buffer=ReplayBuffer(1000, 100, 16), seed=0)
+
+    agent = td3()
+    agent.fit(max_steps=150, progress="none")
+    agent.save(tmp_path / "last.ckpt")
+    resumed = td3()
+    resumed.load(tmp_path / "last.ckpt")
+    assert int(resumed.updates.numpy()) == int(agent.updates.numpy()) > 0
+
+
+def test_non_finite_loss_stops_and_keeps_the_last_checkpoint(tmp_path):
+    agent = dqn()
+    agent.fit(max_steps=400, progress="none", run_dir=tmp_path)
+    saved = agent.read_state(tmp_path / "checkpoints" / "last.ckpt")["steps"]
+    agent.train_iteration = lambda: {"loss": float("nan")}
+    with pytest.raises(TrainingDiverged, match="non-finite loss at step"):
+        agent.fit(max_steps=10_000, progress="none", run_dir=tmp_path)
+    assert agent.read_state(tmp_path / "checkpoints" / "last.ckpt")["steps"] == saved
+    dqn().load(tmp_path / "checkpoints" / "last.ckpt")
+
+
+def test_failed_write_leaves_previous_checkpoint_loadable(tmp_path, monkeypatch):
+    agent = dqn()
+    agent.fit(max_steps=400, progress="none")
+    path = tmp_path / "last.ckpt"
+    agent.save(path)
+
+    def disk_full(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device", str(path))
+
+    monkeypatch.setattr(np, "savez", disk_full)
+    agent.steps += 1000
+    with pytest.raises(OSError):
+        agent.save(path)
+    monkeypatch.undo()
+    assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left behind
+    assert dqn().load(path)["steps"] == agent.steps - 1000
