@@ -189,3 +189,35 @@ def test_help_lists_groups_modes_and_examples(tmp_path):
     for text in ("Config groups", "agent: a2c, acer, base, ddpg, dqn, ppo, td3, trpo", "Modes (mode=...)",
                  "python -m rlexp agent=td3 env=pendulum", "logger: none, wandb"):
         assert text in result.stdout, text
+
+
+def test_fault_injection_kill_nine_ten_times_then_finish(tmp_path):
+    """kill -9 at random moments (10 times), +resume each time: the history stays consistent, the run
+    finishes at run.max_steps and every checkpoint on disk loads."""
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    args = ["agent=dqn", "run.max_steps=8192", "run.checkpoint_interval=0", "run.eval_episodes=1",
+            "agent.train_freq=64", "agent.gradient_steps=4", "buffer.initial_size=256"]
+    rng = np.random.default_rng(0)
+    run = None
+    for kill in range(10):
+        extra = [f"+resume={run}"] if run else []
+        proc = subprocess.Popen([sys.executable, "-m", "rlexp", *args, *extra], cwd=tmp_path, env=env,
+                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        deadline = time.time() + 120
+        while not run_dirs(tmp_path) and time.time() < deadline:
+            time.sleep(0.1)
+        (run,) = run_dirs(tmp_path)
+        time.sleep(rng.uniform(0.2, 2.5))  # somewhere in start-up, training or a checkpoint write
+        proc.send_signal(signal.SIGKILL)
+        proc.wait()
+    result = rlexp(tmp_path, f"+resume={run}")
+    assert result.returncode == 0, result.stderr[-2000:]
+    from rlexp.agents.base import Agent
+
+    for ckpt in (run / "checkpoints").glob("*.ckpt"):
+        Agent.read_state(ckpt)  # loadable
+    assert Agent.read_state(run / "checkpoints" / "last.ckpt")["steps"] == 8192
+    assert not list((run / "checkpoints").glob(".*.tmp"))  # no leftovers from killed writes survive a resume
+    df = pd.read_parquet(run / "history.parquet")
+    assert (np.diff(df["step"]) > 0).all() and (np.diff(df["episode"]) == 1).all()
+    assert (np.diff(df["step"]) <= 500).all()  # no gap longer than one CartPole episode

@@ -180,15 +180,20 @@ def find_checkpoint(cfg: DictConfig, explicit: str | None) -> Path:
 
 
 def _stored_config(ckpt: Path, cfg: DictConfig) -> DictConfig:
-    """The config a checkpoint was trained with, with this command's run/play/mode/seed settings."""
+    """The config a checkpoint was trained with, with this command's mode, play.* and explicit run.* settings."""
     from rlexp.agents.base import Agent
 
     stored = Agent.read_state(ckpt).get("config")
     if not stored:
         raise UserError(f"checkpoint {ckpt} has no stored config; it was not written by `python -m rlexp`")
     merged = OmegaConf.create(stored)
-    for key in ("mode", "run", "play"):
+    for key in ("mode", "play"):
         merged[key] = cfg[key]
+    merged.setdefault("run", cfg.run)
+    for override in _task_overrides():  # run.* keeps the stored values unless set on this command line
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key.startswith("run."):
+            OmegaConf.update(merged, key, OmegaConf.select(cfg, key), force_add=True)
     return merged
 
 
