@@ -221,3 +221,19 @@ def test_fault_injection_kill_nine_ten_times_then_finish(tmp_path):
     df = pd.read_parquet(run / "history.parquet")
     assert (np.diff(df["step"]) > 0).all() and (np.diff(df["episode"]) == 1).all()
     assert (np.diff(df["step"]) <= 500).all()  # no gap longer than one CartPole episode
+
+
+def test_multirun_wandb_runs_are_separate_and_grouped_by_sweep(tmp_path):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("WANDB_")}
+    env.update(WANDB_BASE_URL="http://127.0.0.1:9", HOME=str(tmp_path), TF_CPP_MIN_LOG_LEVEL="3")
+    result = subprocess.run([sys.executable, "-m", "rlexp", "-m", "seed=0,1", "logger=wandb", *TINY_PPO,
+                             "run.max_steps=512", "run.eval_episodes=1"],
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    runs = sorted(tmp_path.glob("multirun/*/*/*/wandb/offline-run-*"))
+    assert len(runs) == 2 and runs[0].name != runs[1].name  # one wandb run per trial, not a reused one
+    sweep = runs[0].parents[2].name
+    assert sweep.endswith("_ppo_cartpole")
+    for run in runs:
+        debug = (run / "logs" / "debug.log").read_text()
+        assert "finish" in debug.lower() and sweep in debug  # finished, grouped under the sweep's name
