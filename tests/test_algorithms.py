@@ -264,7 +264,7 @@ def test_state_dependent_std_policy_head():
 
     agent = PPO(make_envs("Pendulum-v1", n_envs=2, seed=0), seed=0, n_steps=8, mini_batches=1,
                 state_dependent_std=True)
-    assert agent.model.outputs[0].shape[-1] == 2 and agent.extra_variables() == {}
+    assert agent.model.outputs[0].shape[-1] == 2 and agent.extra_variables() == {} == agent.resume_variables()
     batch = agent.collect()
     assert batch["actions"].shape == (8, 2, 1)
 

@@ -90,3 +90,14 @@ def test_failed_write_leaves_previous_checkpoint_loadable(tmp_path, monkeypatch)
     monkeypatch.undo()
     assert [p.name for p in tmp_path.iterdir()] == ["last.ckpt"]  # no temporary file left behind
     assert dqn().load(path)["steps"] == agent.steps - 1000
+
+
+def test_gsde_weights_load_into_a_one_env_player(tmp_path):
+    def ppo(n_envs):
+        return PPO(make_envs("Pendulum-v1", n_envs=n_envs, seed=0), seed=0, n_steps=8, mini_batches=1, use_sde=True)
+
+    trained = ppo(4)
+    trained.save(tmp_path / "last.ckpt")
+    player = ppo(1)
+    player.load(tmp_path / "last.ckpt", weights_only=True)  # per-env noise matrices are training state only
+    np.testing.assert_array_equal(player.log_std.numpy(), trained.log_std.numpy())

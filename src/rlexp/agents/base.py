@@ -171,6 +171,10 @@ class Agent:
         """tf.Variables saved in checkpoints besides model weights and optimizer state."""
         return {}
 
+    def resume_variables(self) -> dict[str, tf.Variable]:
+        """Training-only tf.Variables (e.g. exploration noise per env): in full checkpoints, restored on resume."""
+        return {}
+
     # ----- building blocks ------------------------------------------------------------------------
     def _resolve_model(self, model: Mapping[str, Any] | str | None) -> dict[str, Any]:
         if model is None or isinstance(model, str):
@@ -420,6 +424,8 @@ class Agent:
         for k, v in self.normalizer.state_dict().items():
             arrays[f"normalizer/{k}"] = v
         if full:
+            for name, var in self.resume_variables().items():
+                arrays[f"resume/{name}"] = var.numpy()
             for name, opt in self.optimizers().items():
                 for i, v in enumerate(opt.variables):
                     arrays[f"opt/{name}/{i}"] = np.asarray(v)
@@ -463,6 +469,8 @@ class Agent:
                 return state
             if not state.get("full"):
                 raise UserError(f"checkpoint {path} holds weights only; resume from checkpoints/last.ckpt")
+            for name, var in self.resume_variables().items():
+                var.assign(data[f"resume/{name}"])
             for name, opt in self.optimizers().items():
                 model_vars = self.trainable_variables(name)
                 if not opt.built:
@@ -635,8 +643,11 @@ class OnPolicyAgent(Agent):
 
     def extra_variables(self) -> dict[str, tf.Variable]:
         if self.action_kind == "continuous" and not self.state_dependent_std:
-            return {"log_std": self.log_std} | ({"sde_noise": self.sde_noise} if self.sde else {})
+            return {"log_std": self.log_std}
         return {}
+
+    def resume_variables(self) -> dict[str, tf.Variable]:
+        return {"sde_noise": self.sde_noise} if self.sde else {}
 
     # ----- collection -------------------------------------------------------------------------------
     def _numpy_step(self, actions: np.ndarray):
