@@ -237,3 +237,20 @@ def test_multirun_wandb_runs_are_separate_and_grouped_by_sweep(tmp_path):
     for run in runs:
         debug = (run / "logs" / "debug.log").read_text()
         assert "finish" in debug.lower() and sweep in debug  # finished, grouped under the sweep's name
+
+
+def test_corrupt_checkpoint_and_unwritable_video_dir_are_one_line(trained, tmp_path):
+    import shutil
+
+    cwd, _ = trained
+    run = tmp_path / "outputs" / "broken_ppo_cartpole"
+    shutil.copytree(run_dirs(cwd)[0], run)
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
+    corrupt = rlexp(tmp_path, "mode=eval", f"+checkpoint={run}")
+    assert corrupt.returncode == 2 and "is not a readable rlexp checkpoint" in corrupt.stdout + corrupt.stderr
+    resume = rlexp(tmp_path, f"+resume={run}")
+    assert resume.returncode == 2 and "Traceback" not in resume.stdout + resume.stderr
+    blocker = tmp_path / "file"
+    blocker.write_text("x")
+    video = rlexp(cwd, "mode=play", f"+video_dir={blocker}/videos")
+    assert video.returncode == 2 and "pick a writable directory" in video.stdout + video.stderr
