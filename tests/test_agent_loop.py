@@ -64,3 +64,26 @@ def test_truncation_bootstrap_can_be_turned_off():
     batch = agent.collect()
     assert np.all(batch["rewards"].numpy() == 1.0)  # no value added at truncation
     assert batch["dones"].numpy().sum() >= 4
+
+
+def test_no_retracing_after_the_first_iteration():
+    """Every graph function traces once; later iterations (new lr, epsilon, step counts) reuse it."""
+    from rlexp.agents import A2C, DQN, TD3
+    from rlexp.buffers import ReplayBuffer
+
+    agents = [
+        PPO(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, n_steps=8, mini_batches=1, lr_schedule="linear"),
+        A2C(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, lr_schedule="linear"),
+        DQN(make_envs("CartPole-v1", n_envs=1, seed=0), buffer=ReplayBuffer(1000, 50, 16), seed=0, train_freq=8,
+            epsilon_decay_steps=200),
+        TD3(make_envs("Pendulum-v1", n_envs=1, seed=0), buffer=ReplayBuffer(1000, 50, 16), seed=0),
+    ]
+    for agent in agents:
+        agent.max_steps = 10_000
+        for _ in range(12):  # DQN/TD3 step randomly until their buffer is ready, then train
+            agent._apply_lr()
+            agent.train_iteration()
+        functions = {k: v for k, v in vars(agent).items() if hasattr(v, "experimental_get_tracing_count")}
+        counts = {k: f.experimental_get_tracing_count() for k, f in functions.items()}
+        assert functions and all(n <= 1 for n in counts.values()), (type(agent).__name__, counts)
+        assert sum(counts.values()) >= 2, (type(agent).__name__, counts)  # collection and update ran in graphs
