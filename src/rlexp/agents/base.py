@@ -300,6 +300,7 @@ class Agent:
         from rlexp.tracking import Tracker
 
         tracker = tracker or Tracker()
+        self._tracked_steps = -self.TRACK_EVERY_STEPS
         self.max_steps = int(float(max_steps))
         run_dir = Path(run_dir) if run_dir else None
         self.config = dict(config or {})
@@ -351,6 +352,8 @@ class Agent:
         return dict(steps=self.steps, seconds=seconds, steps_per_s=(self.steps - start_steps) / max(seconds, 1e-9),
                     reason=reason, mean_reward=self.mean_reward, best_reward=self.best_reward, episodes=self.episodes)
 
+    TRACK_EVERY_STEPS = 1000  # env steps between two writes of the training scalars
+
     def _track(self, tracker: Any, metrics: Mapping[str, float], first_row: int, start_steps: int,
                seconds: float) -> None:
         """Send the new episodes and this iteration's metrics to the tracker."""
@@ -358,6 +361,9 @@ class Agent:
         for i in range(first_row, len(self.history)):
             tracker.scalars(rows["step"][i], {"episode/return": rows["episode_reward"][i],
                                               "episode/mean_return": rows["mean_reward"][i]})
+        if self.steps - self._tracked_steps < self.TRACK_EVERY_STEPS:  # DQN iterates every few env steps
+            return
+        self._tracked_steps = self.steps
         tracker.scalars(self.steps, {**{f"train/{k}": v for k, v in metrics.items()},
                                      "train/learning_rate": self.current_lr(),
                                      "train/steps_per_s": (self.steps - start_steps) / max(seconds, 1e-9)})
