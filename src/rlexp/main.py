@@ -11,7 +11,7 @@ import hydra
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
-from rlexp.errors import UserError
+from rlexp.errors import Started, TrialFailed, UserError
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported (lazily, in the task)
 
@@ -235,7 +235,7 @@ def train(cfg: DictConfig) -> float:
                             checkpoint_interval=float(cfg.run.checkpoint_interval),
                             history_interval=float(cfg.run.history_interval), progress=_progress_mode(cfg),
                             config=_run_config(cfg), tracker=tracker)
-        returns = evaluate(agent, cfg)
+        returns = [] if summary["reason"] == "interrupted" else evaluate(agent, cfg)
         precision = int(cfg.agent.display_precision)
         mean, std = _mean_std(returns)
         if returns:
@@ -244,8 +244,9 @@ def train(cfg: DictConfig) -> float:
     finally:
         tracker.close(failed)
     log.info(f"done ({summary['reason']}): {summary['steps']:,} steps in {summary['seconds']:.1f} s "
-             f"({summary['steps_per_s']:,.0f} steps/s) | eval {mean:.{precision}f} ± {std:.{precision}f} "
-             f"over {len(returns)} episodes | run dir: {run_dir}")
+             f"({summary['steps_per_s']:,.0f} steps/s) | "
+             + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} episodes" if returns else "no eval")
+             + f" | run dir: {run_dir}")
     log.info(f"next: python -m rlexp mode=play +checkpoint={run_dir} +video_dir=videos | "
              f"python -m rlexp mode=eval +checkpoint={run_dir} | python -m rlexp +resume={run_dir}")
     agent.envs.close()
@@ -278,6 +279,12 @@ def make_tracker(cfg: DictConfig, run_dir: Path):
         settings = dict(OmegaConf.to_container(logger, resolve=True))
         settings["name"] = settings.pop("run_name", None)
         trackers.append(Wandb(settings, _run_config(cfg), run_dir, default_group=group))
+    if _in_sweep():
+        from rlexp.sweep import trial_reporter
+
+        reporter = trial_reporter(int(float(cfg.run.max_steps)))
+        if reporter is not None:
+            trackers.append(reporter)
     return Trackers(trackers)
 
 
@@ -372,39 +379,55 @@ def plot_runs(cfg: DictConfig) -> float:
 MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval, "plot": plot_runs}
 
 
-_task_started = False  # set once Hydra has composed a config and calls the task
-
-
 @hydra.main(version_base="1.3", config_path="pkg://rlexp.conf", config_name="config")
 def main(cfg: DictConfig) -> float:
     """Compose the config, dispatch `mode`, return the objective (mean evaluation return)."""
     from rlexp.agents.base import TrainingDiverged
 
-    global _task_started
-    _task_started = True
+    Started.value = True
     try:
         if cfg.mode not in MODES:
             raise UserError(f"mode={cfg.mode} is unknown; use one of {', '.join(MODES)}")
         return MODES[cfg.mode](cfg)
     except UserError as e:
-        log.error(f"error: {e}")
-        sys.exit(2)
+        _fail(str(e), 2)
     except TrainingDiverged as e:
-        log.error(f"error: training diverged: {e}; the last good checkpoint is in checkpoints/last.ckpt")
-        sys.exit(1)
+        _fail(f"training diverged: {e}; the last good checkpoint is in checkpoints/last.ckpt", 1)
     except OSError as e:  # disk full, permissions, ...: the previous checkpoint stays complete
-        log.error(f"error: could not write {e.filename or 'a file'}: {e.strerror or e}; the previous "
-                  "checkpoint is intact (free space or fix permissions, then +resume)")
-        sys.exit(1)
+        _fail(f"could not write {e.filename or 'a file'}: {e.strerror or e}; the previous checkpoint is intact "
+              "(free space or fix permissions, then +resume)", 1)
+
+
+def _fail(message: str, code: int) -> None:
+    """One line and an exit code; in a sweep the trial is recorded as failed with that line instead."""
+    log.error(f"error: {message}")
+    if _in_sweep():
+        raise TrialFailed(message) from None
+    sys.exit(code)
+
+
+def _find_plugins() -> None:
+    """Make Hydra's plugin scan see rlexp's sweeper also in an editable install, whose import hook maps
+    hydra_plugins.rlexp_sweeper to src/ without putting it on the namespace path that Hydra walks."""
+    import importlib.util
+
+    import hydra_plugins
+
+    spec = importlib.util.find_spec("hydra_plugins.rlexp_sweeper")
+    if spec and spec.origin:
+        root = str(Path(spec.origin).parent.parent)
+        if root not in list(hydra_plugins.__path__):
+            hydra_plugins.__path__.append(root)
 
 
 def cli() -> None:
     """The `rlexp` command: Hydra's own errors before the task starts (unknown group option, bad override
     syntax, missing config) are user input errors too, so they exit with 2 like ours."""
+    _find_plugins()
     try:
         main()
     except SystemExit as e:
-        if e.code == 1 and not _task_started:
+        if e.code == 1 and not Started.value:
             sys.exit(2)
         raise
 

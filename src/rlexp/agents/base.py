@@ -8,7 +8,10 @@ from __future__ import annotations
 import collections
 import json
 import logging
+import contextlib
 import math
+import signal
+import threading
 import time
 from pathlib import Path
 from typing import Any, Mapping
@@ -30,6 +33,28 @@ log = logging.getLogger("rlexp")
 
 class TrainingDiverged(RuntimeError):
     """A loss or parameter became NaN or infinite."""
+
+
+@contextlib.contextmanager
+def stop_on_interrupt(stop: list[bool]):
+    """Ctrl-C (SIGINT) or SIGTERM sets stop[0]: the loop ends at the next iteration boundary with a consistent
+    checkpoint. A second Ctrl-C interrupts at once (the previous checkpoint stays loadable)."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        if stop[0] and signum == signal.SIGINT:
+            raise KeyboardInterrupt
+        stop[0] = True
+        log.warning("stopping after this iteration and saving a checkpoint (Ctrl-C again to stop at once)")
+
+    previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        yield
+    finally:
+        for sig, old in previous.items():
+            signal.signal(sig, old)
 
 
 def load_model_preset(name: str) -> dict[str, Any]:
@@ -312,34 +337,39 @@ class Agent:
         last_checkpoint = last_flush = last_best = time.perf_counter()
         best_pending = False
         session_start, base_time = time.perf_counter(), self.train_time
+        stop = [False]
         try:
-            while self.steps < self.max_steps:
-                if self.target_reached(target_reward):
-                    reason = "target_reward"
-                    break
-                if self.early_stop_count >= self.early_stop_patience > 0:
-                    reason = "early_stop"
-                    break
-                self._apply_lr()
-                metrics = self.train_iteration()
-                self.check_finite(metrics)
-                self.train_time = base_time + time.perf_counter() - session_start
-                rows = len(self.history)
-                best_pending |= self._record_episodes(self.train_time)
-                self._track(tracker, metrics, rows, start_steps, self.train_time - base_time)
-                bar.update(self.steps, self.episodes, self.mean_reward, self.best_reward)
-                if run_dir is None:
-                    continue
-                now = time.perf_counter()
-                if best_pending and now - last_best >= 1.0:
-                    self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
-                    best_pending, last_best = False, now
-                if now - last_checkpoint >= checkpoint_interval:
-                    self.save(run_dir / "checkpoints" / "last.ckpt")
-                    last_checkpoint = last_flush = now
-                elif now - last_flush >= history_interval:
-                    self.history.flush()
-                    last_flush = now
+            with stop_on_interrupt(stop):
+                while self.steps < self.max_steps:
+                    if stop[0]:
+                        reason = "interrupted"
+                        break
+                    if self.target_reached(target_reward):
+                        reason = "target_reward"
+                        break
+                    if self.early_stop_count >= self.early_stop_patience > 0:
+                        reason = "early_stop"
+                        break
+                    self._apply_lr()
+                    metrics = self.train_iteration()
+                    self.check_finite(metrics)
+                    self.train_time = base_time + time.perf_counter() - session_start
+                    rows = len(self.history)
+                    best_pending |= self._record_episodes(self.train_time)
+                    self._track(tracker, metrics, rows, start_steps, self.train_time - base_time)
+                    bar.update(self.steps, self.episodes, self.mean_reward, self.best_reward)
+                    if run_dir is None:
+                        continue
+                    now = time.perf_counter()
+                    if best_pending and now - last_best >= 1.0:
+                        self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
+                        best_pending, last_best = False, now
+                    if now - last_checkpoint >= checkpoint_interval:
+                        self.save(run_dir / "checkpoints" / "last.ckpt")
+                        last_checkpoint = last_flush = now
+                    elif now - last_flush >= history_interval:
+                        self.history.flush()
+                        last_flush = now
         finally:
             bar.close()
         if run_dir is not None:

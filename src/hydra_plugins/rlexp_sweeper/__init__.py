@@ -1,0 +1,126 @@
+"""rlexp's Hydra plugins: the `rlexp` Optuna sweeper (pruning, resume, report) and launchers that give each
+trial its own process and turn any trial error into a recorded failure (`rlexp_local`, `rlexp_slurm`).
+
+conf/config.yaml selects `hydra/sweeper: rlexp` and `hydra/launcher: rlexp_local`; the work is done in
+rlexp.sweep, imported only when a sweep starts (plugin discovery stays fast).
+"""
+
+import logging
+import sys
+from dataclasses import dataclass, field
+from typing import Any, List, Optional
+
+from hydra.core.config_store import ConfigStore
+from hydra.core.utils import JobReturn, JobStatus
+from hydra.plugins.sweeper import Sweeper
+from hydra_plugins.hydra_optuna_sweeper.config import SamplerConfig
+from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
+from omegaconf import MISSING, OmegaConf
+
+
+@dataclass
+class RlexpSweeperConf:
+    """hydra.sweeper.*: the Optuna sweeper's settings plus pruning and resume."""
+
+    _target_: str = "hydra_plugins.rlexp_sweeper.RlexpOptunaSweeper"
+    defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
+    sampler: SamplerConfig = MISSING
+    direction: str = "maximize"          # the objective is the final evaluation's mean return
+    storage: Optional[str] = None        # null: sqlite:///<sweep dir>/optuna.db; or postgresql://user@host/db
+    study_name: str = "${hydra.runtime.choices.agent}_${hydra.runtime.choices.env}"
+    n_trials: int = 20                   # trials this command adds to the study (a grid: at most its size)
+    n_jobs: int = 2                      # trials at once, each in its own process
+    max_failure_rate: float = 0.5        # stop the sweep when more trials than this fraction fail
+    params: Optional[Any] = None         # search space in YAML (key: "interval(1e-5,1e-2)"), as on the command line
+    pruner: str = "median"               # median | none
+    warmup_trials: int = 5               # finished trials before any pruning
+    warmup_steps: int = 0                # env steps a trial runs before it can be pruned
+    reports: int = 10                    # mean-return reports per trial (evenly spaced over run.max_steps)
+    heartbeat_interval: int = 10         # seconds; trials without a heartbeat for grace_period are stale
+    grace_period: int = 60               # a killed sweep's RUNNING trials are marked FAIL after this
+
+
+@dataclass
+class RlexpLocalConf(LocalQueueConf):
+    _target_: str = "hydra_plugins.rlexp_sweeper.RlexpLocalLauncher"
+    timeout_min: int = 7 * 24 * 60       # RL trials run long; submitit's default (60) would kill them
+
+
+@dataclass
+class RlexpSlurmConf(SlurmQueueConf):
+    _target_: str = "hydra_plugins.rlexp_sweeper.RlexpSlurmLauncher"
+    timeout_min: int = 24 * 60
+    partition: Optional[str] = None      # hydra.launcher.partition=<your partition>
+    cpus_per_task: Optional[int] = 4
+    gpus_per_task: Optional[int] = 0
+    mem_gb: Optional[int] = 16
+
+
+store = ConfigStore.instance()
+store.store(group="hydra/sweeper", name="rlexp", node=RlexpSweeperConf, provider="rlexp")
+store.store(group="hydra/launcher", name="rlexp_local", node=RlexpLocalConf, provider="rlexp")
+store.store(group="hydra/launcher", name="rlexp_slurm", node=RlexpSlurmConf, provider="rlexp")
+
+
+class RlexpOptunaSweeper(Sweeper):
+    """Hydra's entry point; see rlexp.sweep for what it does."""
+
+    def __init__(self, **settings: Any) -> None:
+        self.settings = settings
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        from hydra.core.plugins import Plugins
+
+        self.config = config
+        self.launcher = Plugins.instance().instantiate_launcher(config=config, hydra_context=hydra_context,
+                                                                task_function=task_function)
+        logging.getLogger("hydra_plugins.hydra_submitit_launcher.submitit_launcher").setLevel(logging.WARNING)
+
+    def sweep(self, arguments: List[str]) -> None:
+        from hydra.utils import instantiate
+
+        from rlexp.errors import Started, SweepError
+        from rlexp.sweep import OptunaSweep
+
+        settings = {k: (OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v)
+                    for k, v in self.settings.items() if k != "sampler"}
+        sampler = self.settings["sampler"]  # Hydra usually instantiated it already
+        settings["sampler"] = instantiate(sampler) if OmegaConf.is_config(sampler) or isinstance(sampler, dict) else sampler
+        try:
+            return OptunaSweep(settings, self.config, self.launcher).run(arguments)
+        except SweepError as e:  # one line, no traceback: 2 for a mistake in the command, 1 once trials ran
+            logging.getLogger("rlexp").error(f"error: {e}")
+            sys.exit(1 if Started.value else 2)
+
+
+def _safe_call(launcher_call, *args: Any) -> JobReturn:
+    """Run one trial; any error (also config composition, SystemExit) comes back as a failed JobReturn with
+    a one-line, picklable TrialFailed (or optuna's TrialPruned) instead of ending the sweep."""
+    from rlexp.errors import TrialFailed
+
+    try:
+        ret = launcher_call(*args)
+    except BaseException as e:  # noqa: BLE001 - reported to the sweeper as this trial's failure
+        ret = JobReturn()
+        ret.status, ret._return_value = JobStatus.FAILED, e
+    error = ret._return_value if ret.status == JobStatus.FAILED else None
+    if error is not None and type(error).__name__ != "TrialPruned" and not isinstance(error, TrialFailed):
+        logging.getLogger("rlexp").error("trial failed", exc_info=error)
+        text = str(error).strip().splitlines()
+        ret._return_value = TrialFailed(f"{type(error).__name__}: {text[0] if text else ''}"[:300])
+    return ret
+
+
+class RlexpLocalLauncher(LocalLauncher):
+    """submitit's local launcher (one process per trial) whose trials never end the sweep by raising."""
+
+    def __call__(self, *args: Any) -> JobReturn:
+        return _safe_call(super().__call__, *args)
+
+
+class RlexpSlurmLauncher(SlurmLauncher):
+    """submitit's Slurm launcher, likewise."""
+
+    def __call__(self, *args: Any) -> JobReturn:
+        return _safe_call(super().__call__, *args)
