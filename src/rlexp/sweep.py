@@ -20,14 +20,16 @@ import json
 import logging
 import math
 import os
+import random
 import threading
 import time
 import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
-import optuna
-from hydra.core.override_parser.overrides_parser import OverridesParser
+os.environ.setdefault("SQLALCHEMY_SILENCE_UBER_WARNING", "1")  # optuna 2 uses SQLAlchemy 1.4's legacy API
+import optuna  # noqa: E402
+from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep, Transformer
 from omegaconf import OmegaConf
 from optuna.distributions import (BaseDistribution, CategoricalDistribution, DiscreteUniformDistribution,
@@ -54,10 +56,10 @@ def distribution(override: Override) -> BaseDistribution | None:
     if override.is_range_sweep():  # Hydra's range excludes stop; Optuna's bounds are inclusive
         assert isinstance(value, RangeSweep)
         start, stop, step = value.start, value.stop, value.step
-        count = math.ceil((stop - start) / step)
+        count = math.ceil(round((stop - start) / step, 9))  # round: (0.4 - 0.1) / 0.1 is 3.0000000000000004
         if count <= 0:
             raise SweepError(f"{key}: range({start},{stop},{step}) is empty; range(start, stop, step) excludes stop")
-        last = start + (count - 1) * step
+        last = round(start + (count - 1) * step, 12)
         if any(isinstance(v, float) for v in (start, stop, step)):
             return DiscreteUniformDistribution(start, last, step)
         return IntUniformDistribution(int(start), int(last), step=int(step))
@@ -108,12 +110,22 @@ def make_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
         path.parent.mkdir(parents=True, exist_ok=True)
         url = f"sqlite:///{path}"
         engine_kwargs["connect_args"] = {"timeout": 120}
-    try:
-        return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
-                                          grace_period=grace_period)
-    except Exception as e:  # noqa: BLE001 - a bad URL, a missing driver, a server that is down
-        raise SweepError(f"hydra.sweeper.storage={url}: {type(e).__name__}: {str(e).splitlines()[0]}; use "
-                         "sqlite:///path/optuna.db or postgresql://user@host/db") from None
+    import sqlalchemy.exc
+
+    for attempt in range(6):
+        try:
+            return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
+                                              grace_period=grace_period)
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as e:
+            # two sweepers creating the schema of a fresh database at once: the loser retries
+            if attempt == 5:
+                error = e
+            time.sleep(0.5 + random.random())
+        except Exception as e:  # noqa: BLE001 - a bad URL, a missing driver, a server that is down
+            error = e
+            break
+    raise SweepError(f"hydra.sweeper.storage={url}: {type(error).__name__}: {str(error).splitlines()[0]}; use "
+                     "sqlite:///path/optuna.db or postgresql://user@host/db")
 
 
 def make_pruner(name: str, warmup_trials: int, warmup_steps: int) -> optuna.pruners.BasePruner:
@@ -220,10 +232,10 @@ class OptunaSweep:
         # (intermediate values: the pruned trials' values, the plots); read the storage itself instead.
         study._storage = getattr(study._storage, "_backend", study._storage)
         if exists:
-            reseed(sampler, int(self.config.get("seed") or 0) + len(study.get_trials(deepcopy=False)))
-            stale = self.storage.fail_stale_trials(study._study_id)
+            stale = self.storage._get_stale_trial_ids(study._study_id)  # RUNNING, no heartbeat for grace_period
             for trial_id in stale:
-                self.storage.set_trial_user_attr(trial_id, "error", "left running by a sweeper that was stopped")
+                self.storage.set_trial_user_attr(trial_id, "error", "left running by a sweep that was stopped")
+                self.storage.set_trial_state(trial_id, TrialState.FAIL)
             self.check_search_space(study, distributions)
             trials = study.get_trials(deepcopy=False)
             counts = {s.name: sum(t.state == s for t in trials) for s in TrialState}
@@ -299,6 +311,8 @@ class OptunaSweep:
 
     def trial_overrides(self, study: optuna.Study, trial: optuna.trial.Trial,
                         distributions: Mapping[str, BaseDistribution]) -> list[str]:
+        # draws depend on (seed, trial number): reproducible, and distinct across resumed or concurrent sweeps
+        reseed(study.sampler, int(self.config.get("seed") or 0) * 100_003 + trial.number)
         for name, dist in distributions.items():
             trial._suggest(name, dist)
         spec = {"storage": self.storage_url, "study": study.study_name, "trial_id": trial._trial_id,
@@ -391,8 +405,9 @@ class OptunaSweep:
                 continue
             if key.split(".")[0] in ("hydra", "run") or key == "seed":
                 continue
-            parsed = OmegaConf.create({"v": value}).v if isinstance(value, str) else value
-            OmegaConf.update(preset, key, _yaml_value(parsed), force_add=True)
+            if isinstance(value, str):  # a fixed value as typed on the command line: parse it as Hydra does
+                value = OverridesParser.create().parse_override(f"{key}={value}").value()
+            OmegaConf.update(preset, key, _yaml_value(value), force_add=True)
         if groups:
             preset.defaults = [{f"override /{k}": v} for k, v in groups.items()]
         path = self.sweep_dir / "tuned" / "best.yaml"
@@ -434,7 +449,7 @@ class OptunaSweep:
 
 
 def reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:
-    """A continued study must not replay the first invocation's random draws: offset the sampler's seed."""
+    """Reseed the sampler (and the random sampler TPE starts with) in place."""
     import numpy as np
 
     for part in (sampler, getattr(sampler, "_random_sampler", None), getattr(sampler, "_independent_sampler", None)):

@@ -1,0 +1,216 @@
+"""The Optuna sweeper: search-space grammar, and real sweeps through the CLI (one process per trial)."""
+import multiprocessing
+import os
+import signal
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.distributions import (CategoricalDistribution, DiscreteUniformDistribution, IntLogUniformDistribution,
+                                  IntUniformDistribution, LogUniformDistribution, UniformDistribution)
+from optuna.trial import TrialState
+
+from rlexp.errors import SweepError
+from rlexp.sweep import grid_points, make_storage, search_space
+
+TINY = ["run.max_steps=2048", "run.eval_episodes=2", "agent.n_steps=32", "env.n_envs=4"]
+
+
+def rlexp(cwd, *args, timeout=600, **kwargs):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env, **kwargs)
+
+
+def trials(cwd, study="ppo_cartpole", storage=None):
+    storage = storage or f"sqlite:///{cwd}/multirun/{study}/optuna.db"
+    return optuna.load_study(study_name=study, storage=storage).get_trials()
+
+
+# ----- the grammar ---------------------------------------------------------------------------------
+def test_search_space_grammar():
+    dists, fixed, grid = search_space(["agent.lr=tag(log,interval(1e-5,1e-2))", "a=interval(0.1,0.9)",
+                                       "b=int(interval(1,9))", "c=choice(16,32)", "d=range(1,5)",
+                                       "e=range(0.1,0.4,0.1)", "f=tag(log,int(interval(16,256)))", "g=3"])
+    assert dists["agent.lr"] == LogUniformDistribution(1e-5, 1e-2)
+    assert dists["a"] == UniformDistribution(0.1, 0.9)
+    assert dists["b"] == IntUniformDistribution(1, 9)
+    assert dists["c"] == CategoricalDistribution([16, 32])
+    assert dists["d"] == IntUniformDistribution(1, 4)  # Hydra's range excludes stop, like Python's
+    assert isinstance(dists["e"], DiscreteUniformDistribution) and dists["e"].high == pytest.approx(0.3)
+    assert dists["f"] == IntLogUniformDistribution(16, 256)
+    assert fixed == {"g": "3"} and not grid
+
+
+def test_comma_lists_are_a_grid_and_bad_ranges_are_one_line():
+    dists, _, grid = search_space(["seed=0,1,2", "agent.lr=1e-3,3e-3"])
+    assert grid and len(grid_points(dists)) == 6
+    with pytest.raises(SweepError, match=r"reversed; write the lower bound first: interval\(0.0001,0.01\)"):
+        search_space(["agent.lr=interval(1e-2,1e-4)"])
+    with pytest.raises(SweepError, match="is empty"):
+        search_space(["x=range(5,1)"])
+    with pytest.raises(SweepError, match="above 0"):
+        search_space(["x=tag(log,interval(0,1))"])
+
+
+def _hammer(url: str, study: str, trial_id: int, n: int) -> None:
+    storage = make_storage(url)
+    trial = optuna.trial.Trial(optuna.load_study(study_name=study, storage=storage), trial_id)
+    for step in range(n):
+        trial.report(float(step), step)
+
+
+def test_sqlite_storage_takes_concurrent_writers_without_lock_errors(tmp_path):
+    url = f"sqlite:///{tmp_path}/s.db"
+    study = optuna.create_study(study_name="s", storage=make_storage(url))
+    ids = [study.ask()._trial_id for _ in range(2)]
+    ctx = multiprocessing.get_context("spawn")
+    procs = [ctx.Process(target=_hammer, args=(url, "s", i, 150)) for i in ids]
+    for p in procs:
+        p.start()
+    for p in procs:
+        p.join(120)
+    assert [p.exitcode for p in procs] == [0, 0]  # no "database is locked"
+    assert all(len(t.intermediate_values) == 150 for t in optuna.load_study(study_name="s", storage=url).trials)
+
+
+# ----- real sweeps -----------------------------------------------------------------------------------
+@pytest.fixture(scope="module")
+def sweep(tmp_path_factory):
+    """A 3-trial PPO CartPole sweep, 2 trials at a time."""
+    cwd = tmp_path_factory.mktemp("sweep")
+    result = rlexp(cwd, "-m", *TINY, "agent.lr=tag(log,interval(1e-4,1e-2))", "hydra.sweeper.n_trials=3")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    return cwd, result
+
+
+def test_sweep_runs_each_trial_in_its_own_process_and_reports(sweep):
+    cwd, result = sweep
+    done = trials(cwd)
+    assert [t.state for t in done] == [TrialState.COMPLETE] * 3
+    assert len({t.user_attrs["pid"] for t in done}) == 3 and os.getpid() not in {t.user_attrs["pid"] for t in done}
+    assert len({t.params["agent.lr"] for t in done}) == 3
+    assert all(t.intermediate_values for t in done)  # mean return reported to the study while training
+    lines = [line for line in result.stdout.splitlines() if line.startswith("trial ")]
+    assert len(lines) == 3 and all("COMPLETE" in line and "agent.lr=" in line for line in lines)
+    folder = cwd / "multirun" / "ppo_cartpole"
+    for name in ("optimization_results.yaml", "trials.csv", "optimization_history.png", "tuned/best.yaml"):
+        assert (folder / name).exists(), name
+    for n in range(3):
+        assert (folder / f"trial_{n}" / "history.parquet").exists() and (folder / f"trial_{n}" / "main.log").exists()
+
+
+def test_best_preset_is_loadable(sweep):
+    cwd, _ = sweep
+    best = max((t for t in trials(cwd)), key=lambda t: t.value)
+    folder = cwd / "multirun" / "ppo_cartpole"
+    result = rlexp(cwd, "--config-dir", str(folder), "agent=ppo", "env=cartpole", "tuned=best", "--cfg", "job")
+    assert result.returncode == 0, result.stderr
+    assert f"lr: {best.params['agent.lr']}" in result.stdout
+    assert "n_envs: 4" in result.stdout and "n_steps: 32" in result.stdout  # the sweep's fixed values
+    assert "ppo_epochs: 20" in result.stdout  # and the rest of the tuned preset
+
+
+def test_same_command_continues_the_study_and_a_new_space_is_refused(sweep):
+    cwd, _ = sweep
+    result = rlexp(cwd, "-m", *TINY, "agent.lr=tag(log,interval(1e-4,1e-2))", "hydra.sweeper.n_trials=1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "continuing study ppo_cartpole (3 trials so far: 3 COMPLETE)" in result.stdout
+    done = trials(cwd)
+    assert len(done) == 4 and len({t.params["agent.lr"] for t in done}) == 4  # no replayed draws
+    changed = rlexp(cwd, "-m", *TINY, "agent.lr=interval(1e-4,1e-2)")
+    assert changed.returncode == 2
+    out = changed.stdout + changed.stderr
+    assert "another search space" in out and "hydra.sweeper.study_name=" in out and "Traceback" not in out
+
+
+def test_pruned_and_failed_trials_are_recorded_and_the_sweep_goes_on(tmp_path):
+    pruned = rlexp(tmp_path, "-m", "run.max_steps=12000", "run.eval_episodes=2", "agent.lr=3e-3,1e-7",
+                   "hydra.sweeper.n_jobs=1", "hydra.sweeper.warmup_trials=1", "hydra.sweeper.study_name=p")
+    assert pruned.returncode == 0, pruned.stdout[-3000:] + pruned.stderr[-3000:]
+    states = {t.params["agent.lr"]: t.state for t in trials(tmp_path, "p")}
+    assert states == {3e-3: TrialState.COMPLETE, 1e-7: TrialState.PRUNED}
+    assert "PRUNED" in pruned.stdout and "pruned at step" in pruned.stdout
+    assert (tmp_path / "multirun" / "p" / "intermediate_values.png").exists()
+
+    failed = rlexp(tmp_path, "-m", *TINY, "agent.gamma=0.99,1.5", "hydra.sweeper.study_name=f")
+    assert failed.returncode == 0, failed.stdout[-3000:] + failed.stderr[-3000:]
+    by_gamma = {t.params["agent.gamma"]: t for t in trials(tmp_path, "f")}
+    assert by_gamma[0.99].state == TrialState.COMPLETE and by_gamma[1.5].state == TrialState.FAIL
+    assert "gamma" in by_gamma[1.5].user_attrs["error"]
+    (line,) = [x for x in failed.stdout.splitlines() if x.startswith("trial") and "FAIL" in x]
+    assert "agent.gamma=1.5" in line and "gamma" in line.split("|", 1)[1]
+
+
+def test_killed_sweep_is_continued_and_its_running_trial_marked_failed(tmp_path):
+    args = ["-m", "run.target_reward=null", "run.eval_episodes=2", "agent.lr=1e-3,3e-3", "hydra.sweeper.n_jobs=1",
+            "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2"]
+    proc = subprocess.Popen([sys.executable, "-m", "rlexp", *args, "run.max_steps=1e6"], cwd=tmp_path, start_new_session=True,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    deadline = time.time() + 120
+    while time.time() < deadline:
+        try:
+            if any(t.state == TrialState.RUNNING and t.intermediate_values for t in trials(tmp_path)):
+                break
+        except Exception:  # noqa: BLE001 - the study does not exist yet
+            pass
+        time.sleep(1)
+    else:
+        pytest.fail("the first trial never started")
+    os.killpg(proc.pid, signal.SIGKILL)  # the sweeper and its trial, at once
+    proc.wait()
+    time.sleep(4)  # past the grace period
+    again = rlexp(tmp_path, *args, "run.max_steps=2048")
+    assert "marked 1 trial(s) left running by a stopped sweep FAIL" in again.stdout, again.stdout[-3000:]
+    states = sorted(t.state.name for t in trials(tmp_path))
+    assert states == ["COMPLETE", "COMPLETE", "FAIL"]  # the grid's two points, plus the killed trial
+
+
+def test_slurm_launcher_composes_and_writes_its_job_script(tmp_path):
+    """Slurm can't run here: fake sbatch/srun capture the job script the launcher submits."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "sbatch").write_text(f"#!/bin/sh\ncp \"$1\" {tmp_path}/submitted.sh\necho 'Submitted batch job 4242'\n")
+    for tool in ("srun", "sbatch"):
+        (bin_dir / tool).chmod(0o755 | stat.S_IEXEC)
+    env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", TF_CPP_MIN_LOG_LEVEL="3")
+    proc = subprocess.Popen([sys.executable, "-m", "rlexp", "-m", "hydra/launcher=rlexp_slurm",
+                             "hydra.launcher.partition=gpu", "hydra.launcher.gpus_per_task=1", "seed=0"],
+                            cwd=tmp_path, env=env, start_new_session=True, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT, text=True)
+    script = tmp_path / "submitted.sh"
+    deadline = time.time() + 60
+    while not script.exists() and time.time() < deadline and proc.poll() is None:
+        time.sleep(0.5)
+    os.killpg(proc.pid, signal.SIGKILL)
+    output = proc.communicate()[0]
+    assert script.exists(), output[-3000:]
+    text = script.read_text()
+    for line in ("#SBATCH --partition=gpu", "#SBATCH --time=1440", "#SBATCH --cpus-per-task=4",
+                 "#SBATCH --gpus-per-task=1", "#SBATCH --mem=16GB"):
+        assert line in text, text
+    assert "submitit" in text and str(tmp_path / "multirun" / "ppo_cartpole") in text
+
+
+@pytest.mark.skipif(not os.environ.get("RLEXP_TEST_POSTGRES"), reason="needs RLEXP_TEST_POSTGRES (set by .ci/run)")
+def test_two_sweepers_share_a_postgresql_study(tmp_path):
+    url = os.environ["RLEXP_TEST_POSTGRES"]
+    study = f"pg_{os.getpid()}_{int(time.time())}"
+    args = [sys.executable, "-m", "rlexp", "-m", *TINY, "run.max_steps=1024", "agent.lr=tag(log,interval(1e-4,1e-2))",
+            "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1", f"hydra.sweeper.storage={url}",
+            f"hydra.sweeper.study_name={study}"]
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+             for _ in range(2)]
+    outputs = [p.communicate(timeout=600)[0] for p in procs]
+    assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
+    done = trials(tmp_path, study, url)
+    assert len(done) == 6 and all(t.state == TrialState.COMPLETE for t in done)
+    assert len({t.number for t in done}) == 6 and len({t.params["agent.lr"] for t in done}) == 6
+    assert all("FAIL" not in o and "rror" not in o for o in outputs)
