@@ -20,7 +20,7 @@ def test_plateau_reduces_lr_and_early_stop_counts():
     assert agent.early_stop_count == 2
     summary = agent.fit(max_steps=10_000, progress="none")
     assert summary["reason"] == "early_stop" and summary["steps"] == 0
-    assert agent.history.rows["best_reward"] == [10.0] * 5
+    assert list(agent.history.rows["best_reward"]) == [10.0] * 5
 
 
 def test_no_plateau_logic_before_monitoring_steps():

@@ -162,9 +162,9 @@ def test_tensorboard_scalars_and_offline_wandb_run(tmp_path):
     (run,) = run_dirs(tmp_path)
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    events = EventAccumulator(str(run / "tb"), size_guidance={"tensors": 0})
+    events = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
     events.Reload()
-    tags = set(events.Tags()["tensors"])
+    tags = set(events.Tags()["scalars"])
     assert {"episode/return", "episode/mean_return", "train/policy_loss", "train/value_loss", "train/entropy",
             "train/approx_kl", "train/learning_rate", "train/steps_per_s", "eval/mean_return"} <= tags
     (offline,) = list((run / "wandb").glob("offline-run-*"))

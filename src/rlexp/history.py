@@ -1,7 +1,9 @@
 """Training history: one row per finished episode, in history.parquet, and its plot."""
 from __future__ import annotations
 
+from array import array
 from pathlib import Path
+from typing import Mapping, Sequence
 
 import numpy as np
 import pandas as pd
@@ -9,15 +11,20 @@ import pandas as pd
 from rlexp.files import write_atomic
 
 COLUMNS = ("episode", "step", "time", "episode_reward", "mean_reward", "best_reward")
+TYPECODES = {"episode": "q", "step": "q"}  # int64; the rest float64 ("d")
 
 
 class History:
-    """Episode rows kept in memory and flushed atomically to a parquet file."""
+    """Episode rows kept in memory (typed arrays: 48 bytes a row) and flushed atomically to a parquet file."""
 
     def __init__(self, path: str | Path | None = None) -> None:
         self.path = Path(path) if path else None
-        self.rows: dict[str, list] = {c: [] for c in COLUMNS}
+        self.replace({})
         self._flushed = 0
+
+    def replace(self, rows: Mapping[str, Sequence]) -> None:
+        """Set all rows at once (from a file or a checkpoint); a missing column is empty."""
+        self.rows: dict[str, array] = {c: array(TYPECODES.get(c, "d"), rows.get(c, [])) for c in COLUMNS}
 
     def __len__(self) -> int:
         return len(self.rows["step"])
@@ -28,9 +35,7 @@ class History:
             self.rows[key].append(value)
 
     def frame(self) -> pd.DataFrame:
-        df = pd.DataFrame({c: np.asarray(v) for c, v in self.rows.items()})
-        return df.astype({"episode": "int64", "step": "int64", "time": "float64", "episode_reward": "float64",
-                          "mean_reward": "float64", "best_reward": "float64"})
+        return pd.DataFrame({c: np.array(v) for c, v in self.rows.items()})
 
     def flush(self, force: bool = False) -> None:
         """Rewrite the parquet file if rows were added since the last flush."""
@@ -48,7 +53,7 @@ class History:
             df = pd.read_parquet(path)
             if max_step is not None:
                 df = df[df["step"] <= max_step]
-            history.rows = {c: df[c].tolist() for c in COLUMNS}
+            history.replace({c: df[c].tolist() for c in COLUMNS})
             history._flushed = -1  # rewrite on next flush: rows after the checkpoint are dropped
         return history
 

@@ -526,7 +526,7 @@ class Agent:
         self.plateau_count, self.early_stop_count = int(state["plateau_count"]), int(state["early_stop_count"])
         self.rng.bit_generator.state = state["rng"]
         if rows:
-            self.history.rows = {k: rows.get(k, []) for k in self.history.rows}
+            self.history.replace(rows)
             self.history._flushed = -1
         return state
 
