@@ -15,6 +15,27 @@ _LAZY = {"make_envs": "rlexp.envs", **{name: "rlexp.agents" for name in ("A2C", 
          "ReplayBuffer": "rlexp.buffers", "FrameBuffer": "rlexp.buffers", "RolloutBuffer": "rlexp.buffers", "UserError": "rlexp.errors"}
 
 
+def _find_plugins() -> None:
+    """Make Hydra's plugin scan see rlexp's sweeper (hydra_plugins.rlexp_sweeper) also in an editable install,
+    whose import hook maps it to src/ without putting it on the namespace path that Hydra walks."""
+    import importlib.util
+    from pathlib import Path
+
+    try:
+        import hydra_plugins
+
+        spec = importlib.util.find_spec("hydra_plugins.rlexp_sweeper")
+    except ImportError:
+        return
+    if spec and spec.origin:
+        root = str(Path(spec.origin).parent.parent)
+        if root not in list(hydra_plugins.__path__):
+            hydra_plugins.__path__.append(root)
+
+
+_find_plugins()
+
+
 def __getattr__(name: str) -> Any:  # lazy: `import rlexp` must not pay TensorFlow's import time
     if name in _LAZY:
         return getattr(import_module(_LAZY[name]), name)

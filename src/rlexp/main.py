@@ -406,24 +406,9 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
-def _find_plugins() -> None:
-    """Make Hydra's plugin scan see rlexp's sweeper also in an editable install, whose import hook maps
-    hydra_plugins.rlexp_sweeper to src/ without putting it on the namespace path that Hydra walks."""
-    import importlib.util
-
-    import hydra_plugins
-
-    spec = importlib.util.find_spec("hydra_plugins.rlexp_sweeper")
-    if spec and spec.origin:
-        root = str(Path(spec.origin).parent.parent)
-        if root not in list(hydra_plugins.__path__):
-            hydra_plugins.__path__.append(root)
-
-
 def cli() -> None:
     """The `rlexp` command: Hydra's own errors before the task starts (unknown group option, bad override
     syntax, missing config) are user input errors too, so they exit with 2 like ours."""
-    _find_plugins()
     try:
         main()
     except SystemExit as e:
