@@ -14,7 +14,7 @@ def test_flush_and_load_truncates_after_checkpoint(tmp_path):
     assert list(df.columns) == list(COLUMNS) and len(df) == 5
     assert not list(tmp_path.glob(".*tmp"))  # no temporary file left behind
     resumed = History.load(path, max_step=30)
-    assert resumed.rows["step"] == [10, 20, 30]
+    assert list(resumed.rows["step"]) == [10, 20, 30]
     resumed.append(4, 35, 9.0, 1.0, 1.0, 1.0)
     resumed.flush()
     assert pd.read_parquet(path)["step"].tolist() == [10, 20, 30, 35]
