@@ -3,7 +3,7 @@
 Usage: python benchmarks/soak.py [--minutes 60] [--interval 60] [-- extra overrides]
 Default: PPO on LunarLander-v3 with no step limit and no target, stopped (SIGINT) after --minutes.
 Prints one JSON line per sample and a Markdown summary: RSS after the warm-up (5 min), at the end,
-and the growth in between. The RSS is summed over the run's whole process tree (worker envs too).
+and the growth in between, for the training process and (env.vectorization=async) its env workers apart.
 """
 from __future__ import annotations
 
@@ -20,19 +20,39 @@ DEFAULT = ["agent=ppo", "env=lunarlander", "run.max_steps=1e12", "run.target_rew
            "agent.early_stop_patience=0"]
 
 
-def tree_rss_mb(pid: int) -> float:
-    """Resident memory of a process and all its descendants, in MB."""
-    total, todo = 0, [pid]
+def memory_mb(pid: int, field: str = "VmRSS", source: str = "status") -> float:
+    """A /proc memory figure in MB: VmRSS from status, or Pss (shared pages split between processes) from
+    smaps_rollup, which is what adds up for forked env workers."""
+    text = Path(f"/proc/{pid}/{source}").read_text()
+    return int(next(line.split()[1] for line in text.splitlines() if line.startswith(f"{field}:"))) / 1024
+
+
+def children(pid: int) -> list[int]:
+    """All descendants of a process (env worker processes with env.vectorization=async)."""
+    found, todo = [], [pid]
     while todo:
         p = todo.pop()
         try:
-            status = Path(f"/proc/{p}/status").read_text()
-            total += int(next(line.split()[1] for line in status.splitlines() if line.startswith("VmRSS:")))
             for task in Path(f"/proc/{p}/task").iterdir():
-                todo += [int(c) for c in (task / "children").read_text().split()]
-        except (FileNotFoundError, ProcessLookupError, StopIteration):
+                kids = [int(c) for c in (task / "children").read_text().split()]
+                found += kids
+                todo += kids
+        except (FileNotFoundError, ProcessLookupError):
             continue
-    return total / 1024
+    return found
+
+
+def sample(pid: int) -> dict[str, float]:
+    """RSS of the training process, and the PSS of it and of its env workers, in MB."""
+    workers = 0.0
+    for child in children(pid):
+        try:
+            workers += memory_mb(child, "Pss", "smaps_rollup")
+        except (FileNotFoundError, ProcessLookupError, StopIteration):
+            pass
+    main_pss = memory_mb(pid, "Pss", "smaps_rollup")
+    return {"rss_mb": round(memory_mb(pid), 1), "workers_pss_mb": round(workers, 1),
+            "total_pss_mb": round(main_pss + workers, 1)}
 
 
 def main() -> None:
@@ -54,9 +74,9 @@ def main() -> None:
             time.sleep(min(args.interval, max(0.0, args.minutes * 60 - (time.monotonic() - start))))
             if proc.poll() is not None:
                 break
-            sample = {"minute": round((time.monotonic() - start) / 60, 2), "rss_mb": round(tree_rss_mb(proc.pid), 1)}
-            samples.append(sample)
-            print(json.dumps(sample), flush=True)
+            row = {"minute": round((time.monotonic() - start) / 60, 2), **sample(proc.pid)}
+            samples.append(row)
+            print(json.dumps(row), flush=True)
     finally:
         if proc.poll() is None:
             proc.send_signal(signal.SIGINT)
@@ -68,13 +88,15 @@ def main() -> None:
         raise SystemExit(f"the run ended early (exit {proc.returncode}); see {cwd / 'soak_run.log'}")
     base = next((s for s in samples if s["minute"] >= args.warmup), samples[0])
     end = samples[-1]
-    growth = 100 * (end["rss_mb"] - base["rss_mb"]) / base["rss_mb"]
-    print(json.dumps({"baseline_minute": base["minute"], "baseline_rss_mb": base["rss_mb"], "end_minute": end["minute"],
-                      "end_rss_mb": end["rss_mb"], "peak_rss_mb": max(s["rss_mb"] for s in samples),
-                      "growth_pct": round(growth, 2)}), flush=True)
-    print(f"| minutes | RSS at {base['minute']:.0f} min (MB) | RSS at end (MB) | peak (MB) | growth |\n|---|---|---|---|---|\n"
-          f"| {end['minute']:.0f} | {base['rss_mb']:.0f} | {end['rss_mb']:.0f} | "
-          f"{max(s['rss_mb'] for s in samples):.0f} | {growth:+.1f}% |")
+    print(f"| process | RSS at {base['minute']:.0f} min (MB) | RSS at {end['minute']:.0f} min (MB) | peak (MB) | growth |")
+    print("|---|---|---|---|---|")
+    for key, name in (("rss_mb", "training process (RSS)"), ("workers_pss_mb", "env workers (PSS)"),
+                      ("total_pss_mb", "all processes (PSS)")):
+        if not base[key]:
+            continue
+        growth = 100 * (end[key] - base[key]) / base[key]
+        print(json.dumps({"process": name, "baseline": base[key], "end": end[key], "growth_pct": round(growth, 2)}))
+        print(f"| {name} | {base[key]:.0f} | {end[key]:.0f} | {max(s[key] for s in samples):.0f} | {growth:+.1f}% |")
 
 
 if __name__ == "__main__":
