@@ -214,3 +214,19 @@ def test_two_sweepers_share_a_postgresql_study(tmp_path):
     assert len(done) == 6 and all(t.state == TrialState.COMPLETE for t in done)
     assert len({t.number for t in done}) == 6 and len({t.params["agent.lr"] for t in done}) == 6
     assert all("FAIL" not in o and "rror" not in o for o in outputs)
+
+
+@pytest.mark.parametrize("preset,agent", [("ppo", "ppo"), ("dqn", "dqn")])
+def test_sweep_presets_compose_and_parse(preset, agent):
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        c = compose(config_name="config", overrides=[f"+sweep={preset}", f"agent={agent}", "env=cartpole"],
+                    return_hydra_config=True)
+    assert c.run.max_steps == 5e4 and c.hydra.sweeper.n_trials == 40
+    params = [f"{k}={v}" for k, v in c.hydra.sweeper.params.items()]
+    dists, _, grid = search_space(params)
+    assert len(dists) == 4 and not grid
+    for key in c.hydra.sweeper.params:  # every searched key exists in the composed config
+        section, name = key.split(".")
+        assert name in c[section], key
