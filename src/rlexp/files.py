@@ -37,3 +37,11 @@ def write_atomic(path: str | os.PathLike, writer: Callable[[IO], None]) -> None:
     """Call `writer(file)` on a temporary file, then atomically move it to `path`."""
     with atomic_write(path) as f:
         writer(f)
+
+
+def remove_leftovers(*directories: str | os.PathLike) -> None:
+    """Delete temporary files that a killed process left behind in atomic_write (never a complete file)."""
+    for directory in directories:
+        for tmp in Path(directory).glob(".*.tmp"):
+            with contextlib.suppress(OSError):
+                tmp.unlink()

@@ -219,6 +219,9 @@ def train(cfg: DictConfig) -> float:
             raise UserError(f"+resume continues the run with its own settings; drop {', '.join(changed)} "
                             "(only run.* can change on resume)")
         cfg = stored
+        from rlexp.files import remove_leftovers
+
+        remove_leftovers(run_dir, run_dir / "checkpoints")  # half-written files of the killed run
     else:
         run_dir = Path(HydraConfig.get().runtime.output_dir)
     _setup_tensorflow(cfg)
