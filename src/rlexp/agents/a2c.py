@@ -4,8 +4,10 @@ from __future__ import annotations
 import tensorflow as tf
 
 from rlexp.agents.base import OnPolicyAgent, compute_gae, flatten_time
+from rlexp.agents.distributions import no_autograph
 
 
+@no_autograph
 def a2c_loss(log_probs: tf.Tensor, entropy: tf.Tensor, values: tf.Tensor, advantages: tf.Tensor,
              returns: tf.Tensor, entropy_coef: float, value_loss_coef: float) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
     """Policy gradient -mean(log pi(a|s) A) + value_loss_coef * mean((R - V)^2) / 2 - entropy_coef * H."""

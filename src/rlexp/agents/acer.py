@@ -49,6 +49,7 @@ class ACER(OnPolicyAgent):
     action_spaces = ("discrete",)
     off_policy = True
     jit_update = False  # the update stores and samples rollouts through NumPy; `learn` is compiled instead
+    numpy_acting = False  # its rollout also records the behaviour policy's probabilities (graph rollout)
 
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 20, ema_alpha: float = 0.99,
                  replay_ratio: float = 4, importance_c: float = 10.0, delta: float = 1.0, epsilon: float = 1e-6,

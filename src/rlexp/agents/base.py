@@ -21,6 +21,7 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.agents import distributions as D
+from rlexp.agents.distributions import no_autograph
 from rlexp.envs import is_image, space_kind
 from rlexp.errors import UserError
 from rlexp.files import write_atomic
@@ -182,6 +183,7 @@ class Agent:
         """Collect experience (through `env_step`) and update; return scalar metrics (losses)."""
         raise NotImplementedError  # abstract
 
+    @no_autograph
     def policy(self, obs: tf.Tensor) -> tf.Tensor:
         """Deterministic actions for a batch of observations (used by play and eval)."""
         raise NotImplementedError  # abstract
@@ -558,6 +560,7 @@ class OnPolicyAgent(Agent):
 
     STEPS_PER_CALL = 256
     jit_update = True  # `update` is pure TensorFlow (XLA can compile it)
+    numpy_acting = True  # act with NumPy mirrors of MLP models during rollouts (see `numpy_rollout`)
 
     def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128,
                  log_std_init: float = 0.0, state_dependent_std: bool = False, use_sde: bool = False,
@@ -588,6 +591,7 @@ class OnPolicyAgent(Agent):
             self.sde_noise = tf.Variable(tf.zeros([self.n_envs, *shape]), name="sde_noise")  # one matrix per env
         self.log_std = tf.Variable(tf.fill(shape, self.log_std_init), name="log_std")
 
+    @no_autograph
     def policy_head(self, outputs) -> tf.Tensor:
         """The policy output from a model's outputs; with gSDE the (gradient-stopped) features are appended."""
         if not self.sde:
@@ -612,6 +616,7 @@ class OnPolicyAgent(Agent):
     def trainable_variables(self, optimizer_name: str = "model") -> list[tf.Variable]:
         return self.model.trainable_variables + self.std_variables()
 
+    @no_autograph
     def forward(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """(policy head output, state values [batch])."""
         outputs = self.model(obs)
@@ -621,6 +626,7 @@ class OnPolicyAgent(Agent):
         """Learn from one rollout ([T, N, ...] tensors plus `last_values`); graph code."""
         raise NotImplementedError  # abstract
 
+    @no_autograph
     def gaussian(self, out: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """(mean, log_std) from the policy head output."""
         if self.state_dependent_std:
@@ -632,12 +638,14 @@ class OnPolicyAgent(Agent):
             return mean, 0.5 * tf.math.log(variance + 1e-6)
         return out, self.log_std
 
+    @no_autograph
     def log_prob_entropy(self, out: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         if self.action_kind == "discrete":
             return D.categorical_log_prob(out, actions), D.categorical_entropy(out)
         mean, log_std = self.gaussian(out)
         return D.gaussian_log_prob(mean, log_std, actions), D.gaussian_entropy(mean, log_std)
 
+    @no_autograph
     def dist_params(self, out: tf.Tensor) -> tuple[tf.Tensor, ...]:
         """The distribution's parameters: (logits,) or (mean, log_std broadcast to the batch)."""
         if self.action_kind == "discrete":
@@ -645,15 +653,18 @@ class OnPolicyAgent(Agent):
         mean, log_std = self.gaussian(out)
         return mean, tf.broadcast_to(log_std, tf.shape(mean))
 
+    @no_autograph
     def kl(self, old: tuple[tf.Tensor, ...], new: tuple[tf.Tensor, ...]) -> tf.Tensor:
         """KL(old policy || new policy) per row, from two `dist_params` tuples."""
         return D.categorical_kl(*old, *new) if self.action_kind == "discrete" else D.gaussian_kl(*old, *new)
 
+    @no_autograph
     def step_dtypes(self) -> dict[str, tf.DType]:
         """What `sample_action` returns per step (stored in the rollout besides obs, rewards, dones)."""
         action_dtype = tf.int64 if self.action_kind == "discrete" else tf.float32
         return dict(actions=action_dtype, log_probs=tf.float32, values=tf.float32)
 
+    @no_autograph
     def sample_action(self, obs: tf.Tensor) -> dict[str, tf.Tensor]:
         """Sampled actions with their log probs and the state values, for a batch of observations."""
         out, value = self.forward(obs)
@@ -670,9 +681,11 @@ class OnPolicyAgent(Agent):
     def resample_sde_noise(self) -> None:
         self.sde_noise.assign(self.tf_rng.normal(tf.shape(self.sde_noise)) * tf.exp(self.log_std))
 
+    @no_autograph
     def value(self, obs: tf.Tensor) -> tf.Tensor:
         return self.forward(obs)[1]
 
+    @no_autograph
     def policy(self, obs: tf.Tensor) -> tf.Tensor:
         out = self.forward(obs)[0]
         return tf.argmax(out, axis=-1) if self.action_kind == "discrete" else self.gaussian(out)[0]
@@ -689,6 +702,90 @@ class OnPolicyAgent(Agent):
     def _numpy_step(self, actions: np.ndarray):
         obs, rewards, terminated, truncated, next_obs = self.env_step(actions)
         return obs, rewards, terminated, truncated & ~terminated, next_obs
+
+    def numpy_models(self) -> list[Any]:
+        """The models `numpy_forward` evaluates, in the order their weights are passed."""
+        return [self.model]
+
+    def numpy_forward(self, weights: list[list[np.ndarray]], obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """NumPy twin of `forward`: (policy head output, values), from each model's weight arrays."""
+        policy, value = self._mirrors[0](weights[0], obs)[:2]
+        return policy, value[:, 0]
+
+    @no_autograph
+    def _use_numpy_rollout(self) -> bool:
+        """Roll out with NumPy mirrors when every model has one (MLPs on vector observations, no gSDE)."""
+        if not hasattr(self, "_mirrors"):
+            from rlexp.numpy_models import NumpyModel
+
+            ok = self.numpy_acting and not self.sde and not self.image_obs
+            mirrors = [NumpyModel.mirror(m) for m in self.numpy_models()] if ok else [None]
+            self._mirrors = mirrors if all(m is not None for m in mirrors) else None
+        return self._mirrors is not None
+
+    def _numpy_sample(self, out: np.ndarray, log_std: np.ndarray | None) -> tuple[np.ndarray, np.ndarray]:
+        """NumPy twin of `sample_action`'s sampling: (actions, log probs), drawn from `self.rng`."""
+        rows = np.arange(len(out))
+        if self.action_kind == "discrete":
+            u = np.maximum(self.rng.random(out.shape, dtype=np.float32), 1e-9)
+            actions = np.argmax(out - np.log(-np.log(u)), axis=-1)
+            shifted = out - out.max(axis=-1, keepdims=True)
+            log_p = shifted - np.log(np.exp(shifted).sum(axis=-1, keepdims=True))
+            return actions, log_p[rows, actions]
+        mean = out
+        if self.state_dependent_std:
+            mean, log_std = np.split(out, 2, axis=-1)
+            log_std = np.clip(log_std, -20.0, 2.0)
+        actions = mean + np.exp(log_std) * self.rng.standard_normal(mean.shape, dtype=np.float32)
+        z = (actions - mean) * np.exp(-log_std)
+        return actions, np.sum(-0.5 * np.square(z) - log_std - 0.5 * D.LOG_2PI, axis=-1, dtype=np.float32)
+
+    def _numpy_rollout(self, *weights: np.ndarray) -> tuple[np.ndarray, ...]:
+        """A whole rollout in NumPy from the current weights (all models' weights, then the log std)."""
+        sizes = [len(m.weights) for m in self.numpy_models()]
+        splits = np.cumsum([0, *sizes])
+        model_weights = [list(weights[a:b]) for a, b in zip(splits[:-1], splits[1:])]
+        log_std = weights[splits[-1]] if len(weights) > splits[-1] else None
+        T, N = self.n_steps, self.n_envs
+        action_shape = () if self.action_kind == "discrete" else (self.n_actions,)
+        obs_buf = np.empty((T, N, *self.obs_shape), np.float32)
+        actions_buf = np.empty((T, N, *action_shape), np.int64 if self.action_kind == "discrete" else np.float32)
+        log_probs, values, rewards, dones = (np.empty((T, N), np.float32) for _ in range(4))
+        obs = self._obs
+        for t in range(T):
+            out, values[t] = self.numpy_forward(model_weights, obs)
+            actions, log_probs[t] = self._numpy_sample(out, log_std)
+            obs_buf[t], actions_buf[t] = obs, actions
+            obs, reward, terminated, truncated, next_obs = self._numpy_step(actions)
+            if truncated.any():  # time-limit truncation is not terminal: bootstrap with the final obs's value
+                ended = np.flatnonzero(truncated)
+                reward[ended] += self.gamma * self.numpy_forward(model_weights, next_obs[ended])[1]
+            rewards[t], dones[t] = reward, terminated | truncated
+        last_values = self.numpy_forward(model_weights, obs)[1].astype(np.float32)
+        return obs_buf, actions_buf, log_probs, values, rewards, dones, last_values, obs
+
+    @no_autograph
+    def acting_variables(self) -> list[tf.Variable]:
+        """What a rollout reads: every model's weights (`numpy_models` order), then the log std."""
+        return [w for m in self.numpy_models() for w in m.weights] + self.std_variables()
+
+    @no_autograph
+    def _graph_numpy_rollout(self, obs: tf.Tensor, weights: list[tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """`rollout` through `_numpy_rollout`, from the graph, with `weights` (`acting_variables`' values);
+        the observations are the envs' own, `self._obs`."""
+        keys = ("obs", "actions", "log_probs", "values", "rewards", "dones", "last_values", "last_obs")
+        dtypes = self.step_dtypes() | dict(obs=tf.float32, rewards=tf.float32, dones=tf.float32,
+                                           last_values=tf.float32, last_obs=tf.float32)
+        outputs = tf.numpy_function(self._numpy_rollout, weights, [dtypes[k] for k in keys], stateful=True)
+        T, N = self.n_steps, self.n_envs
+        action_shape = () if self.action_kind == "discrete" else (self.n_actions,)
+        shapes = dict(obs=(T, N, *self.obs_shape), actions=(T, N, *action_shape), last_values=(N,),
+                      last_obs=(N, *self.obs_shape))
+        batch = {}
+        for key, x in zip(keys, outputs):
+            x.set_shape(shapes.get(key, (T, N)))
+            batch[key] = x
+        return batch["last_obs"], batch
 
     def rollout(self, obs: tf.Tensor) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
         """n_steps x n_envs transitions as [T, N, ...] tensors plus `last_values` (graph code)."""
@@ -722,12 +819,33 @@ class OnPolicyAgent(Agent):
     def collect(self) -> dict[str, tf.Tensor]:
         """One rollout from the current observations (for tests and subclasses)."""
         if not hasattr(self, "_rollout_fn"):
-            self._rollout_fn = tf.function(self.rollout)
+            rollout = self.rollout_function()
+            self._rollout_fn = tf.function(lambda obs: rollout(obs, self._read_acting_variables()))
         return self._rollout_fn(tf.convert_to_tensor(self._obs))[1]
+
+    def rollout_function(self):
+        """The graph's rollout, (obs, weights) -> (obs, batch): NumPy acting when the models have mirrors,
+        else TensorFlow's, step by step. (Chosen outside the functions AutoGraph converts, so only the one
+        used is converted.)"""
+        return self._graph_numpy_rollout if self._use_numpy_rollout() else self._graph_tf_rollout
+
+    def _graph_tf_rollout(self, obs: tf.Tensor, weights: list[tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        with tf.control_dependencies(weights):  # act only once the last update has written the weights
+            return self.rollout(tf.identity(obs))
+
+    @no_autograph
+    def _read_acting_variables(self) -> list[tf.Tensor]:
+        return [tf.convert_to_tensor(v) for v in self.acting_variables()]
+
+    def _update_then_read(self, batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], list[tf.Tensor]]:
+        """`update`, then the acting variables read after it. The next rollout takes these values as
+        inputs: a data dependency, which orders acting after the update inside the fused graph loop."""
+        metrics = self.update(batch)
+        return metrics, self._read_acting_variables()
 
     def train_iteration(self) -> dict[str, float]:
         if not hasattr(self, "_train_fn"):
-            self._update_fn = tf.function(self.update, jit_compile=self.jit_compile and self.jit_update)
+            self._update_fn = tf.function(self._update_then_read, jit_compile=self.jit_compile and self.jit_update)
             self._train_fn = tf.function(self._fused_iterations)
         rollout = self.n_steps * self.n_envs
         cycles = max(1, min(self.updates_per_call, -(-(self.max_steps - self.steps) // rollout)))
@@ -736,20 +854,23 @@ class OnPolicyAgent(Agent):
 
     def _fused_iterations(self, obs: tf.Tensor, cycles: tf.Tensor) -> dict[str, tf.Tensor]:
         """`cycles` rollout + update cycles in one graph call; returns the mean metrics."""
-        obs, batch = self.rollout(obs)
-        totals = self._update_fn(batch)
+        rollout = self.rollout_function()
+        obs, batch = rollout(obs, self._read_acting_variables())
+        totals, weights = self._update_fn(batch)
         for _ in tf.range(cycles - 1):
-            obs, batch = self.rollout(obs)
-            metrics = self._update_fn(batch)
+            obs, batch = rollout(obs, weights)
+            metrics, weights = self._update_fn(batch)
             totals = {k: totals[k] + metrics[k] for k in totals}
         return {k: v / tf.cast(cycles, tf.float32) for k, v in totals.items()}
 
 
+@no_autograph
 def flatten_time(x: tf.Tensor) -> tf.Tensor:
     """[T, N, ...] -> [T * N, ...]."""
     return tf.reshape(x, tf.concat([[-1], tf.shape(x)[2:]], 0))
 
 
+@no_autograph
 def soft_update(targets: list[tf.Variable], sources: list[tf.Variable], tau: float) -> None:
     """Polyak averaging: target <- tau * source + (1 - tau) * target."""
     for target, source in zip(targets, sources):

@@ -10,6 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.agents.base import Agent, soft_update
+from rlexp.agents.distributions import no_autograph
 from rlexp.envs import space_kind
 from rlexp.errors import UserError
 
@@ -93,21 +94,26 @@ class DDPG(Agent):
         return {"updates": self.updates}
 
     # ----- acting -----------------------------------------------------------------------------------
+    @no_autograph
     def unit_action(self, obs: tf.Tensor, actor=None) -> tf.Tensor:
         """Deterministic actions in [-1, 1]."""
         return tf.tanh((actor or self.actor)(obs))
 
+    @no_autograph
     def to_env(self, actions):
         """[-1, 1] -> the action space's bounds."""
         return self.action_low + (actions + 1.0) * 0.5 * (self.action_high - self.action_low)
 
+    @no_autograph
     def policy(self, obs):
         return self.to_env(self.unit_action(obs))
 
+    @no_autograph
     def q(self, critic, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
         return critic(tf.concat([tf.cast(obs, tf.float32), actions], axis=-1))[:, 0]
 
     # ----- learning ---------------------------------------------------------------------------------
+    @no_autograph
     def critic_targets(self, rewards: tf.Tensor, next_obs: tf.Tensor, terminated: tf.Tensor) -> tf.Tensor:
         """r + gamma * (1 - terminated) * Q'(s', mu'(s'))."""
         next_q = self.q(self.target_critics[0], next_obs, self.unit_action(next_obs, self.target_actor))

@@ -11,42 +11,54 @@ import tensorflow as tf
 
 LOG_2PI = math.log(2 * math.pi)
 
+# Graph helpers with no tensor-dependent Python control flow skip AutoGraph's source conversion, which
+# was 70% of the first call's trace time. Functions with `for _ in tf.range` or `if tensor` keep it.
+no_autograph = tf.autograph.experimental.do_not_convert
 
+
+@no_autograph
 def categorical_sample(logits: tf.Tensor, rng: tf.random.Generator) -> tf.Tensor:
     """Gumbel-max sample of one action per row."""
     u = rng.uniform(tf.shape(logits), minval=1e-9, maxval=1.0)
     return tf.argmax(logits - tf.math.log(-tf.math.log(u)), axis=-1)
 
 
+@no_autograph
 def categorical_log_prob(logits: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
     return -tf.nn.sparse_softmax_cross_entropy_with_logits(labels=tf.cast(actions, tf.int32), logits=logits)
 
 
+@no_autograph
 def categorical_entropy(logits: tf.Tensor) -> tf.Tensor:
     log_p = tf.nn.log_softmax(logits)
     return -tf.reduce_sum(tf.exp(log_p) * log_p, axis=-1)
 
 
+@no_autograph
 def categorical_kl(old_logits: tf.Tensor, new_logits: tf.Tensor) -> tf.Tensor:
     """KL(old || new) per row."""
     old_log_p, new_log_p = tf.nn.log_softmax(old_logits), tf.nn.log_softmax(new_logits)
     return tf.reduce_sum(tf.exp(old_log_p) * (old_log_p - new_log_p), axis=-1)
 
 
+@no_autograph
 def gaussian_sample(mean: tf.Tensor, log_std: tf.Tensor, rng: tf.random.Generator) -> tf.Tensor:
     return mean + tf.exp(log_std) * rng.normal(tf.shape(mean))
 
 
+@no_autograph
 def gaussian_log_prob(mean: tf.Tensor, log_std: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
     z = (actions - mean) * tf.exp(-log_std)
     return tf.reduce_sum(-0.5 * tf.square(z) - log_std - 0.5 * LOG_2PI, axis=-1)
 
 
+@no_autograph
 def gaussian_entropy(mean: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:
     """Entropy per row (the mean only gives the batch shape)."""
     return tf.reduce_sum(tf.broadcast_to(log_std, tf.shape(mean)) + 0.5 * (LOG_2PI + 1.0), axis=-1)
 
 
+@no_autograph
 def gaussian_kl(old_mean: tf.Tensor, old_log_std: tf.Tensor, mean: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:
     """KL(old || new) per row for diagonal Gaussians."""
     old_var, var = tf.exp(2.0 * old_log_std), tf.exp(2.0 * log_std)

@@ -5,9 +5,11 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.agents.base import Agent
+from rlexp.agents.distributions import no_autograph
 from rlexp.errors import UserError
 
 
+@no_autograph
 def q_targets(rewards: tf.Tensor, terminated: tf.Tensor, next_q_target: tf.Tensor, gamma: float,
               next_q_online: tf.Tensor | None = None) -> tf.Tensor:
     """One-step TD targets r + gamma * (1 - terminated) * Q'(s', a').
@@ -89,6 +91,7 @@ class DQN(Agent):
         frac = min(self.steps / self.epsilon_decay_steps, 1.0)
         return self.epsilon_start + frac * (self.epsilon_end - self.epsilon_start)
 
+    @no_autograph
     def policy(self, obs):
         return tf.argmax(self.model(obs), axis=-1)
 
@@ -110,6 +113,7 @@ class DQN(Agent):
         return obs
 
     # ----- update ---------------------------------------------------------------------------------
+    @no_autograph
     def loss(self, obs, actions, rewards, next_obs, terminated):
         """Huber loss between Q(s, a) and the (Double) DQN target."""
         next_q_target = self.target(next_obs)

@@ -4,9 +4,11 @@ from __future__ import annotations
 import tensorflow as tf
 
 from rlexp.agents.base import OnPolicyAgent, compute_gae, flatten_time
+from rlexp.agents.distributions import no_autograph
 from rlexp.errors import UserError
 
 
+@no_autograph
 def clipped_surrogate(log_probs: tf.Tensor, old_log_probs: tf.Tensor, advantages: tf.Tensor, clip: float) -> tf.Tensor:
     """PPO's policy loss: -mean(min(r A, clip(r, 1-eps, 1+eps) A)) with r = pi / pi_old."""
     ratio = tf.exp(log_probs - old_log_probs)
@@ -54,6 +56,7 @@ class PPO(OnPolicyAgent):
                             f"n_steps*n_envs={rollout}")
 
     # ----- update ---------------------------------------------------------------------------------
+    @no_autograph
     def loss(self, obs, actions, old_log_probs, advantages, returns, old_values):
         """Clipped surrogate + value loss + entropy bonus on one minibatch; returns (loss, metrics)."""
         out, values = self.forward(obs)

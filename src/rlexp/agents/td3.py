@@ -3,9 +3,12 @@ from __future__ import annotations
 
 import tensorflow as tf
 
+from rlexp.agents.distributions import no_autograph
+
 from rlexp.agents.ddpg import DDPG
 
 
+@no_autograph
 def smoothed_target_actions(target_actions: tf.Tensor, noise: tf.Tensor, noise_clip: float) -> tf.Tensor:
     """Target policy smoothing: clip(mu'(s') + clip(noise, -c, c), -1, 1)."""
     return tf.clip_by_value(target_actions + tf.clip_by_value(noise, -noise_clip, noise_clip), -1.0, 1.0)
@@ -29,6 +32,7 @@ class TD3(DDPG):
         self.policy_noise_coef, self.noise_clip = float(policy_noise_coef), float(noise_clip)
         super().__init__(envs, model, buffer, **kwargs)
 
+    @no_autograph
     def critic_targets(self, rewards, next_obs, terminated):
         """r + gamma * (1 - terminated) * min_i Q'_i(s', smoothed mu'(s'))."""
         target_actions = self.unit_action(next_obs, self.target_actor)

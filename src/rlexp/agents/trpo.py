@@ -10,13 +10,16 @@ from typing import Callable
 import tensorflow as tf
 
 from rlexp.agents.base import OnPolicyAgent, compute_gae, flatten_time
+from rlexp.agents.distributions import no_autograph
 from rlexp.errors import UserError
 
 
+@no_autograph
 def flat_concat(tensors: list[tf.Tensor]) -> tf.Tensor:
     return tf.concat([tf.reshape(t, [-1]) for t in tensors], axis=0)
 
 
+@no_autograph
 def assign_flat(variables: list[tf.Variable], flat: tf.Tensor) -> None:
     sizes = [tf.size(v) for v in variables]
     for v, part in zip(variables, tf.split(flat, sizes)):
@@ -91,16 +94,26 @@ class TRPO(OnPolicyAgent):
     def actor_variables(self) -> list[tf.Variable]:
         return self.actor.trainable_variables + self.std_variables()
 
+    @no_autograph
     def actor_out(self, obs: tf.Tensor) -> tf.Tensor:
         return self.policy_head(self.actor(obs))
 
+    @no_autograph
     def forward(self, obs):
         return self.actor_out(obs), self.critic(obs)[:, 0]
 
+    @no_autograph
     def value(self, obs):
         return self.critic(obs)[:, 0]
 
+    def numpy_models(self):
+        return [self.actor, self.critic]
+
+    def numpy_forward(self, weights, obs):
+        return self._mirrors[0](weights[0], obs)[0], self._mirrors[1](weights[1], obs)[0][:, 0]
+
     # ----- update ---------------------------------------------------------------------------------
+    @no_autograph
     def surrogate(self, obs, actions, old_log_probs, advantages) -> tuple[tf.Tensor, tf.Tensor]:
         """(mean importance-weighted advantage + entropy bonus, policy outputs)."""
         out = self.actor_out(obs)
@@ -108,6 +121,7 @@ class TRPO(OnPolicyAgent):
         gain = tf.reduce_mean(tf.exp(log_probs - old_log_probs) * advantages)
         return gain + self.entropy_coef * tf.reduce_mean(entropy), out
 
+    @no_autograph
     def fisher_vector_product(self, obs: tf.Tensor, old: tuple[tf.Tensor, ...], vector: tf.Tensor) -> tf.Tensor:
         """(F + cg_damping I) v, with F the Hessian of the mean KL(old || new) at the current parameters."""
         variables = self.actor_variables()

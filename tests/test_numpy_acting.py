@@ -1,0 +1,64 @@
+"""NumPy mirrors of MLP models and the NumPy rollout agree with the TensorFlow models they mirror."""
+import numpy as np
+import pytest
+import tensorflow as tf
+
+from rlexp.agents import A2C, PPO, TRPO
+from rlexp.envs import make_envs
+from rlexp.models import build_model
+from rlexp.numpy_models import ACTIVATIONS, NumpyModel
+
+
+@pytest.mark.parametrize("activation", sorted(ACTIVATIONS))
+def test_mirror_matches_keras(activation):
+    preset = {"layers": [{"units": 16, "activation": activation, "common": True},
+                         {"units": 8, "activation": activation}, {"output": True}]}
+    model = build_model(preset, (2, 3), {"policy": 4, "value": 1})  # 2-D input: flattened first
+    x = np.random.default_rng(0).normal(size=(5, 2, 3)).astype(np.float32)
+    mirror = NumpyModel.mirror(model)
+    for ours, keras_out in zip(mirror([w.numpy() for w in model.weights], x), model(x)):
+        np.testing.assert_allclose(ours, keras_out.numpy(), rtol=1e-5, atol=1e-5)
+
+
+def test_no_mirror_for_conv_models():
+    preset = {"layers": [{"type": "conv", "filters": 4, "kernel": 3, "common": True},
+                         {"type": "flatten", "common": True}, {"output": True}]}
+    model = build_model(preset, (4, 8, 8), {"q": 2}, input_dtype=np.uint8, channels_first=True)
+    assert NumpyModel.mirror(model) is None
+
+
+@pytest.mark.parametrize("agent_cls,env_id,kwargs", [
+    (PPO, "CartPole-v1", {}), (A2C, "Pendulum-v1", {}), (TRPO, "CartPole-v1", {}),
+    (PPO, "Pendulum-v1", {"state_dependent_std": True})])
+def test_numpy_rollout_matches_the_tf_policy(agent_cls, env_id, kwargs):
+    envs = make_envs(env_id, n_envs=3, seed=0, max_episode_steps=7)
+    agent = agent_cls(envs, seed=0, n_steps=10, mini_batches=1, **kwargs) if agent_cls is not A2C else \
+        agent_cls(envs, seed=0, n_steps=10, **kwargs)
+    assert agent._use_numpy_rollout()
+    batch = {k: v.numpy() for k, v in agent.collect().items()}
+    obs = batch["obs"].reshape(30, -1)
+    out, values = agent.forward(tf.constant(obs))
+    log_probs, _ = agent.log_prob_entropy(out, tf.constant(batch["actions"].reshape(30, *batch["actions"].shape[2:])))
+    np.testing.assert_allclose(batch["values"].reshape(30), values.numpy(), rtol=1e-4, atol=1e-5)
+    np.testing.assert_allclose(batch["log_probs"].reshape(30), log_probs.numpy(), rtol=1e-4, atol=1e-4)
+    np.testing.assert_allclose(batch["last_values"], agent.value(tf.constant(batch["last_obs"])).numpy(), rtol=1e-4,
+                               atol=1e-5)
+    assert batch["dones"].sum() > 0 and agent.steps == 30
+
+
+def test_fused_cycles_act_with_the_updated_weights():
+    """Several rollout + update cycles in one graph call: each rollout reads the weights after the last update."""
+    agent = A2C(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, n_steps=4, lr=0.1)
+    seen = []
+    rollout = agent._numpy_rollout
+
+    def spy(*weights):
+        seen.append(weights[0].copy())
+        return rollout(*weights)
+
+    agent._numpy_rollout = spy
+    agent.max_steps = 10_000
+    agent.train_iteration()
+    assert len(seen) == agent.updates_per_call > 1
+    changes = [float(np.abs(a - b).max()) for a, b in zip(seen, seen[1:])]
+    assert min(changes) > 0, changes
