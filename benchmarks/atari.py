@@ -1,0 +1,98 @@
+"""Atari throughput: PPO and DQN on PongNoFrameskip-v4, 8 envs, frames/s over 100k frames.
+
+Usage: python benchmarks/atari.py [--sb3-python /path/to/sb3-venv/bin/python] [--reps 1]
+rlexp runs through the CLI with env.vectorization=sync (in-process) and =async (one worker process
+per env); SB3 runs the same work with DummyVecEnv (in-process) and SubprocVecEnv. 100k frames are
+25k agent steps (frame skip 4). Both use RL Zoo's Atari hyperparameters; DQN starts learning after
+5k transitions (the Zoo's 100k would be no learning at all in 100k frames) and keeps 25k of them.
+Prints one JSON line per run and a Markdown table.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+
+from speed import ROOT, SUMMARY, timed
+
+AGENT_STEPS = 25_000  # x4 frames
+RLEXP = {
+    "ppo": ["agent=ppo", "env=pong"],
+    "dqn": ["agent=dqn", "env=pong", "env.n_envs=8", "agent.train_freq=4", "agent.gradient_steps=1",
+            "buffer.max_size=25000", "buffer.initial_size=5000"],
+}
+SB3 = """
+import json, sys, time
+import ale_py, gymnasium as gym
+from stable_baselines3 import DQN, PPO
+from stable_baselines3.common.env_util import make_atari_env
+from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack
+gym.register_envs(ale_py)
+algo, vec, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+env = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=8, seed=0,
+                                   vec_env_cls=SubprocVecEnv if vec == "async" else DummyVecEnv), n_stack=4)
+if algo == "ppo":
+    model = PPO("CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=2.5e-4, clip_range=0.1,
+                vf_coef=0.5, ent_coef=0.01, seed=0, verbose=0)
+else:
+    model = DQN("CnnPolicy", env, learning_rate=1e-4, buffer_size=25_000, learning_starts=5_000, batch_size=32,
+                train_freq=4, gradient_steps=1, target_update_interval=1000, exploration_fraction=0.1,
+                exploration_final_eps=0.01, optimize_memory_usage=False, seed=0, verbose=0)
+start = time.perf_counter()
+model.learn(total_timesteps=steps)
+print(json.dumps(dict(seconds=time.perf_counter() - start, steps=steps)))
+"""
+
+
+def run_rlexp(algo: str, vec: str) -> dict:
+    cwd = ROOT / "benchmarks" / "runs"
+    cwd.mkdir(exist_ok=True)
+    stdout, stderr, wall, rss = timed([sys.executable, "-m", "rlexp", *RLEXP[algo], f"env.vectorization={vec}",
+                                       f"run.max_steps={AGENT_STEPS}", "run.target_reward=null", "run.eval_episodes=0",
+                                       "run.progress=none"], cwd)
+    m = SUMMARY.search(stdout) or __import__("re").search(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s", stdout)
+    if not m:
+        raise SystemExit(stdout[-2000:] + stderr[-2000:])
+    steps, seconds = int(m.group(1).replace(",", "")), float(m.group(2))
+    return dict(tool="rlexp", algo=algo, vec=vec, seconds=seconds, frames_per_s=round(4 * steps / seconds),
+                wall_s=round(wall, 1), peak_rss_mb=round(rss))
+
+
+def run_sb3(python: str, algo: str, vec: str) -> dict:
+    stdout, _, wall, rss = timed([python, "-c", SB3, algo, vec, str(AGENT_STEPS)])
+    row = json.loads(stdout.strip().splitlines()[-1])
+    return dict(tool="sb3", algo=algo, vec=vec, seconds=round(row["seconds"], 1),
+                frames_per_s=round(4 * row["steps"] / row["seconds"]), wall_s=round(wall, 1), peak_rss_mb=round(rss))
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("algos", nargs="*", default=["ppo", "dqn"])
+    parser.add_argument("--sb3-python")
+    parser.add_argument("--reps", type=int, default=1)
+    opts = parser.parse_args()
+    rows = []
+    for algo in opts.algos:
+        for _ in range(opts.reps):
+            for vec in ("sync", "async"):
+                rows.append(run_rlexp(algo, vec))
+                print(json.dumps(rows[-1]), flush=True)
+                if opts.sb3_python:
+                    rows.append(run_sb3(opts.sb3_python, algo, vec))
+                    print(json.dumps(rows[-1]), flush=True)
+    print("\n| algo | tool | vectorisation | frames/s (median) | train s | peak RSS MB |")
+    print("|---|---|---|---|---|---|")
+    for algo in opts.algos:
+        for tool in ("rlexp", "sb3"):
+            for vec in ("sync", "async"):
+                rs = [r for r in rows if (r["algo"], r["tool"], r["vec"]) == (algo, tool, vec)]
+                if rs:
+                    print(f"| {algo} | {tool} | {'in-process' if vec == 'sync' else 'worker processes'} | "
+                          f"{statistics.median(r['frames_per_s'] for r in rs):,.0f} | "
+                          f"{statistics.median(r['seconds'] for r in rs):.1f} | "
+                          f"{statistics.median(r['peak_rss_mb'] for r in rs):,.0f} |")
+
+
+if __name__ == "__main__":
+    main()
