@@ -30,8 +30,9 @@ from stable_baselines3.common.env_util import make_atari_env
 from stable_baselines3.common.vec_env import DummyVecEnv, SubprocVecEnv, VecFrameStack
 gym.register_envs(ale_py)
 algo, vec, steps = sys.argv[1], sys.argv[2], int(sys.argv[3])
+subproc = dict(vec_env_cls=SubprocVecEnv, vec_env_kwargs=dict(start_method="fork"))  # workers inherit ale_py's ids
 env = VecFrameStack(make_atari_env("PongNoFrameskip-v4", n_envs=8, seed=0,
-                                   vec_env_cls=SubprocVecEnv if vec == "async" else DummyVecEnv), n_stack=4)
+                                   **(subproc if vec == "async" else dict(vec_env_cls=DummyVecEnv))), n_stack=4)
 if algo == "ppo":
     model = PPO("CnnPolicy", env, n_steps=128, n_epochs=4, batch_size=256, learning_rate=2.5e-4, clip_range=0.1,
                 vf_coef=0.5, ent_coef=0.01, seed=0, verbose=0)
