@@ -86,12 +86,13 @@ class PPO(OnPolicyAgent):
         totals = {k: tf.constant(0.0) for k in ("policy_loss", "value_loss", "entropy", "approx_kl")}
         n = tf.constant(0.0)
         for _ in tf.range(self.ppo_epochs):
-            order = tf.argsort(self.tf_rng.uniform([size]))
+            order = tf.argsort(self.tf_rng.uniform([size])) if self.mini_batches > 1 else None
             epoch_kl = tf.constant(0.0)
             for start in tf.range(0, size, mb):
-                idx = order[start:start + mb]
+                # one minibatch is the whole rollout: its mean loss needs no shuffle
+                minibatch = data if order is None else [tf.gather(x, order[start:start + mb]) for x in data]
                 with tf.GradientTape() as tape:
-                    loss, metrics = self.loss(*[tf.gather(x, idx) for x in data])
+                    loss, metrics = self.loss(*minibatch)
                 grads = tape.gradient(loss, variables)
                 if self.grad_norm is not None:
                     grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
