@@ -11,10 +11,11 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import sys
 
-from speed import ROOT, SUMMARY, timed
+from speed import ROOT, timed
 
 AGENT_STEPS = 25_000  # x4 frames
 RLEXP = {
@@ -52,7 +53,7 @@ def run_rlexp(algo: str, vec: str) -> dict:
     stdout, stderr, wall, rss = timed([sys.executable, "-m", "rlexp", *RLEXP[algo], f"env.vectorization={vec}",
                                        f"run.max_steps={AGENT_STEPS}", "run.target_reward=null", "run.eval_episodes=0",
                                        "run.progress=none"], cwd)
-    m = SUMMARY.search(stdout) or __import__("re").search(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s", stdout)
+    m = re.search(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s", stdout)  # no eval: run.eval_episodes=0
     if not m:
         raise SystemExit(stdout[-2000:] + stderr[-2000:])
     steps, seconds = int(m.group(1).replace(",", "")), float(m.group(2))

@@ -183,7 +183,6 @@ class Agent:
         """Collect experience (through `env_step`) and update; return scalar metrics (losses)."""
         raise NotImplementedError  # abstract
 
-    @no_autograph
     def policy(self, obs: tf.Tensor) -> tf.Tensor:
         """Deterministic actions for a batch of observations (used by play and eval)."""
         raise NotImplementedError  # abstract
@@ -560,7 +559,7 @@ class OnPolicyAgent(Agent):
 
     STEPS_PER_CALL = 256
     jit_update = True  # `update` is pure TensorFlow (XLA can compile it)
-    numpy_acting = True  # act with NumPy mirrors of MLP models during rollouts (see `numpy_rollout`)
+    numpy_acting = True  # act with NumPy mirrors of MLP models during rollouts (see `_numpy_rollout`)
 
     def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128,
                  log_std_init: float = 0.0, state_dependent_std: bool = False, use_sde: bool = False,
@@ -761,7 +760,7 @@ class OnPolicyAgent(Agent):
                 ended = np.flatnonzero(truncated)
                 reward[ended] += self.gamma * self.numpy_forward(model_weights, next_obs[ended])[1]
             rewards[t], dones[t] = reward, terminated | truncated
-        last_values = self.numpy_forward(model_weights, obs)[1].astype(np.float32)
+        last_values = self.numpy_forward(model_weights, obs)[1]
         return obs_buf, actions_buf, log_probs, values, rewards, dones, last_values, obs
 
     @no_autograph
@@ -770,12 +769,13 @@ class OnPolicyAgent(Agent):
         return [w for m in self.numpy_models() for w in m.weights] + self.std_variables()
 
     @no_autograph
-    def _graph_numpy_rollout(self, obs: tf.Tensor, weights: list[tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-        """`rollout` through `_numpy_rollout`, from the graph, with `weights` (`acting_variables`' values);
+    def numpy_rollout(self, obs: tf.Tensor) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        """`rollout` through `_numpy_rollout`, from the graph, with the acting variables' current values;
         the observations are the envs' own, `self._obs`."""
         keys = ("obs", "actions", "log_probs", "values", "rewards", "dones", "last_values", "last_obs")
         dtypes = self.step_dtypes() | dict(obs=tf.float32, rewards=tf.float32, dones=tf.float32,
                                            last_values=tf.float32, last_obs=tf.float32)
+        weights = [tf.convert_to_tensor(v) for v in self.acting_variables()]
         outputs = tf.numpy_function(self._numpy_rollout, weights, [dtypes[k] for k in keys], stateful=True)
         T, N = self.n_steps, self.n_envs
         action_shape = () if self.action_kind == "discrete" else (self.n_actions,)
@@ -819,33 +819,18 @@ class OnPolicyAgent(Agent):
     def collect(self) -> dict[str, tf.Tensor]:
         """One rollout from the current observations (for tests and subclasses)."""
         if not hasattr(self, "_rollout_fn"):
-            rollout = self.rollout_function()
-            self._rollout_fn = tf.function(lambda obs: rollout(obs, self._read_acting_variables()))
+            self._rollout_fn = tf.function(self.rollout_function())
         return self._rollout_fn(tf.convert_to_tensor(self._obs))[1]
 
     def rollout_function(self):
-        """The graph's rollout, (obs, weights) -> (obs, batch): NumPy acting when the models have mirrors,
-        else TensorFlow's, step by step. (Chosen outside the functions AutoGraph converts, so only the one
-        used is converted.)"""
-        return self._graph_numpy_rollout if self._use_numpy_rollout() else self._graph_tf_rollout
-
-    def _graph_tf_rollout(self, obs: tf.Tensor, weights: list[tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-        with tf.control_dependencies(weights):  # act only once the last update has written the weights
-            return self.rollout(tf.identity(obs))
-
-    @no_autograph
-    def _read_acting_variables(self) -> list[tf.Tensor]:
-        return [tf.convert_to_tensor(v) for v in self.acting_variables()]
-
-    def _update_then_read(self, batch: dict[str, tf.Tensor]) -> tuple[dict[str, tf.Tensor], list[tf.Tensor]]:
-        """`update`, then the acting variables read after it. The next rollout takes these values as
-        inputs: a data dependency, which orders acting after the update inside the fused graph loop."""
-        metrics = self.update(batch)
-        return metrics, self._read_acting_variables()
+        """The graph's rollout, obs -> (obs, batch): NumPy acting when the models have mirrors, else
+        TensorFlow's, step by step. (Chosen outside the functions AutoGraph converts, so only the one used
+        is converted.)"""
+        return self.numpy_rollout if self._use_numpy_rollout() else self.rollout
 
     def train_iteration(self) -> dict[str, float]:
         if not hasattr(self, "_train_fn"):
-            self._update_fn = tf.function(self._update_then_read, jit_compile=self.jit_compile and self.jit_update)
+            self._update_fn = tf.function(self.update, jit_compile=self.jit_compile and self.jit_update)
             self._train_fn = tf.function(self._fused_iterations)
         rollout = self.n_steps * self.n_envs
         cycles = max(1, min(self.updates_per_call, -(-(self.max_steps - self.steps) // rollout)))
@@ -855,11 +840,11 @@ class OnPolicyAgent(Agent):
     def _fused_iterations(self, obs: tf.Tensor, cycles: tf.Tensor) -> dict[str, tf.Tensor]:
         """`cycles` rollout + update cycles in one graph call; returns the mean metrics."""
         rollout = self.rollout_function()
-        obs, batch = rollout(obs, self._read_acting_variables())
-        totals, weights = self._update_fn(batch)
+        obs, batch = rollout(obs)
+        totals = self._update_fn(batch)
         for _ in tf.range(cycles - 1):
-            obs, batch = rollout(obs, weights)
-            metrics, weights = self._update_fn(batch)
+            obs, batch = rollout(obs)
+            metrics = self._update_fn(batch)
             totals = {k: totals[k] + metrics[k] for k in totals}
         return {k: v / tf.cast(cycles, tf.float32) for k, v in totals.items()}
 

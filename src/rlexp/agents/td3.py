@@ -3,9 +3,8 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from rlexp.agents.distributions import no_autograph
-
 from rlexp.agents.ddpg import DDPG
+from rlexp.agents.distributions import no_autograph
 
 
 @no_autograph
