@@ -41,6 +41,7 @@ class A2C(OnPolicyAgent):
         self.normalize_advantage = bool(normalize_advantage)
         super().__init__(envs, model, buffer, n_steps=n_steps, optimizer=optimizer, opt_epsilon=opt_epsilon, **kwargs)
 
+    @no_autograph
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         advantages, returns = compute_gae(batch["rewards"], batch["values"], batch["dones"], batch["last_values"],
                                           self.gamma, self.lam)

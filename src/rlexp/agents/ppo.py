@@ -75,7 +75,10 @@ class PPO(OnPolicyAgent):
         approx_kl = tf.reduce_mean(tf.exp(log_ratio) - 1.0 - log_ratio)
         return loss, dict(policy_loss=policy_loss, value_loss=value_loss, entropy=entropy, approx_kl=approx_kl)
 
+    @no_autograph
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """`ppo_epochs` passes of `mini_batches` gradient steps over one rollout (explicit `tf.while_loop`s:
+        AutoGraph's conversion of this method cost ~0.5 s per run)."""
         advantages, returns = compute_gae(batch["rewards"], batch["values"], batch["dones"], batch["last_values"],
                                           self.gamma, self.lam)
         data = [flatten_time(x) for x in (batch["obs"], batch["actions"], batch["log_probs"], advantages, returns,
@@ -83,26 +86,36 @@ class PPO(OnPolicyAgent):
         size = self.n_steps * self.n_envs
         mb = size // self.mini_batches
         variables = self.trainable_variables()
-        totals = {k: tf.constant(0.0) for k in ("policy_loss", "value_loss", "entropy", "approx_kl")}
-        n = tf.constant(0.0)
-        for _ in tf.range(self.ppo_epochs):
-            order = tf.argsort(self.tf_rng.uniform([size])) if self.mini_batches > 1 else None
-            epoch_kl = tf.constant(0.0)
-            for start in tf.range(0, size, mb):
-                # one minibatch is the whole rollout: its mean loss needs no shuffle
-                minibatch = data if order is None else [tf.gather(x, order[start:start + mb]) for x in data]
-                with tf.GradientTape() as tape:
-                    loss, metrics = self.loss(*minibatch)
-                grads = tape.gradient(loss, variables)
-                if self.grad_norm is not None:
-                    grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
-                self.optimizer.apply_gradients(zip(grads, variables))
-                totals = {k: totals[k] + metrics[k] for k in totals}
-                epoch_kl += metrics["approx_kl"] / self.mini_batches
-                n += 1.0
-            if self.kl_threshold is not None and epoch_kl > self.kl_threshold:
-                break
-        return {k: v / n for k, v in totals.items()} | {"epochs": n / self.mini_batches}
+        keys = ("policy_loss", "value_loss", "entropy", "approx_kl")
+
+        def gradient_step(minibatch, totals, epoch_kl):
+            with tf.GradientTape() as tape:
+                loss, metrics = self.loss(*minibatch)
+            grads = tape.gradient(loss, variables)
+            if self.grad_norm is not None:
+                grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
+            self.optimizer.apply_gradients(zip(grads, variables))
+            return [t + metrics[k] for t, k in zip(totals, keys)], epoch_kl + metrics["approx_kl"] / self.mini_batches
+
+        def epoch(n_epochs, totals, _):
+            if self.mini_batches == 1:  # the minibatch is the whole rollout: its mean loss needs no shuffle
+                totals, epoch_kl = gradient_step(data, totals, 0.0)
+            else:
+                order = tf.argsort(self.tf_rng.uniform([size]))
+
+                def minibatch(i, totals, epoch_kl):
+                    rows = order[i * mb:(i + 1) * mb]
+                    return (i + 1, *gradient_step([tf.gather(x, rows) for x in data], totals, epoch_kl))
+
+                _, totals, epoch_kl = tf.while_loop(lambda i, *_: i < self.mini_batches, minibatch,
+                                                    (tf.constant(0), totals, tf.constant(0.0)))
+            stop = epoch_kl > self.kl_threshold if self.kl_threshold is not None else tf.constant(False)
+            return n_epochs + 1, totals, stop
+
+        n_epochs, totals, _ = tf.while_loop(lambda n, _, stop: (n < self.ppo_epochs) & ~stop, epoch,
+                                            (tf.constant(0), [tf.constant(0.0)] * len(keys), tf.constant(False)))
+        steps = tf.cast(n_epochs * self.mini_batches, tf.float32)
+        return {k: t / steps for k, t in zip(keys, totals)} | {"epochs": tf.cast(n_epochs, tf.float32)}
 
     def train_iteration(self) -> dict[str, float]:
         metrics = super().train_iteration()
