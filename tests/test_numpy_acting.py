@@ -62,3 +62,42 @@ def test_fused_cycles_match_one_cycle_per_call():
     assert fused_steps == single_steps == 512
     for a, b in zip(fused, single):
         np.testing.assert_array_equal(a, b)
+
+
+def test_dqn_numpy_collection_acts_greedily_with_the_q_network():
+    from rlexp.agents import DQN
+    from rlexp.buffers import ReplayBuffer
+
+    agent = DQN(make_envs("CartPole-v1", n_envs=2, seed=0), buffer=ReplayBuffer(max_size=100), seed=0,
+                train_freq=20, model={"layers": [{"units": 32, "activation": "relu"}, {"output": True}]})
+    assert agent._mirror is not None
+    agent._collect_numpy(epsilon=0.0)
+    data = agent.buffer.data
+    greedy = tf.argmax(agent.model(data["obs"][:40]), axis=-1).numpy()
+    np.testing.assert_array_equal(data["actions"][:40], greedy)
+    agent._collect_numpy(epsilon=1.0)  # all random: both actions show up
+    assert set(np.unique(data["actions"][40:80])) == {0, 1}
+
+
+def test_dqn_numpy_collection_is_the_graph_collection_bit_for_bit():
+    from rlexp.agents import DQN
+    from rlexp.buffers import ReplayBuffer
+
+    def run(numpy_acting, weights=None):
+        agent = DQN(make_envs("CartPole-v1", n_envs=2, seed=0), buffer=ReplayBuffer(max_size=1000, initial_size=64,
+                    batch_size=16), seed=0, train_freq=16, gradient_steps=4, epsilon_decay_steps=300,
+                    model={"layers": [{"units": 16, "activation": "relu"}, {"output": True}]}, numpy_acting=numpy_acting)
+        if weights is not None:  # the same initial weights (Keras's initialisers draw from a global seed)
+            agent.model.set_weights(weights)
+            agent.target.set_weights(weights)
+        initial = agent.model.get_weights()
+        agent.max_steps = 10_000
+        for _ in range(15):
+            agent.train_iteration()
+        return agent.buffer.data["actions"][:agent.buffer.size], agent.model.get_weights(), initial
+
+    actions_np, weights_np, initial = run(True)
+    actions_tf, weights_tf, _ = run(False, initial)
+    np.testing.assert_array_equal(actions_np, actions_tf)
+    for a, b in zip(weights_np, weights_tf):
+        np.testing.assert_array_equal(a, b)

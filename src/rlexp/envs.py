@@ -6,6 +6,8 @@ from typing import Any
 import gymnasium as gym
 import numpy as np
 
+from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
+
 from rlexp.errors import UserError
 
 try:  # ale-py registers the Atari ids (ROMs ship with it)
@@ -25,6 +27,32 @@ def _atari_wrappers(screen_size: int, frame_stack: int, max_frame: bool, noop_ma
     return [preprocess]
 
 
+class SameStepCartPoleVectorEnv(CartPoleVectorEnv):
+    """gymnasium's NumPy-vectorised CartPole (all envs advance in one array step, ~6x faster than 8 env
+    copies in a Python loop), restarting finished episodes in the same step like the other vector envs.
+
+    gymnasium's version restarts them on the *next* step (which then yields a dummy transition); here the
+    finished envs are reset right away from the same reset distribution and `info["final_obs"]` holds
+    their last observation.
+    """
+
+    metadata = {**CartPoleVectorEnv.metadata, "autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}
+
+    def step(self, action):
+        obs, rewards, terminated, truncated, info = super().step(action)
+        done = terminated | truncated
+        if done.any():
+            info = {"final_obs": obs, "_final_obs": done}
+            self.state[:, done] = self.np_random.uniform(low=self.low, high=self.high, size=(4, int(done.sum())))
+            self.steps[done] = 0
+            self.prev_done[:] = False  # nothing left for the parent's next-step reset
+            obs = self.state.T.astype(np.float32)
+        return obs, rewards, terminated, truncated, info
+
+
+NUMPY_VECTOR_ENVS = {"CartPole-v0": SameStepCartPoleVectorEnv, "CartPole-v1": SameStepCartPoleVectorEnv}
+
+
 def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectorization: str = "sync",
               preprocess: bool = False, max_frame: bool = True, frame_stack: int = 4, screen_size: int = 84,
               noop_max: int = 30, max_episode_steps: int | None = None, render_mode: str | None = None,
@@ -32,12 +60,25 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     """Build `n_envs` copies of `env_id`, stepped together, reset with `seed`.
 
     Episodes restart automatically in the same step (`info["final_obs"]` holds the last observation).
+    `vectorization`: sync (env copies stepped in this process), async (one worker process per env) or
+    vector (one NumPy-batched env, where gymnasium has one: CartPole; with `render_mode` it falls back to sync).
     `preprocess` applies Atari preprocessing (noop reset, max-and-skip, grayscale, resize, frame stack).
     """
     if n_envs < 1:
         raise UserError(f"env.n_envs={n_envs} must be at least 1")
-    if vectorization not in ("sync", "async"):
-        raise UserError(f"env.vectorization={vectorization!r} must be 'sync' or 'async'")
+    if vectorization not in ("sync", "async", "vector"):
+        raise UserError(f"env.vectorization={vectorization!r} must be 'sync', 'async' or 'vector'")
+    if vectorization == "vector":
+        if env_id not in NUMPY_VECTOR_ENVS or preprocess or kwargs:
+            raise UserError(f"env.vectorization=vector: gymnasium has no NumPy-batched {env_id} (with these "
+                            f"options); use env.vectorization=sync (batched: {', '.join(NUMPY_VECTOR_ENVS)})")
+        if not render_mode:  # rendering (play, videos) uses env copies
+            spec = gym.spec(env_id)
+            envs = NUMPY_VECTOR_ENVS[env_id](n_envs, int(max_episode_steps or spec.max_episode_steps))
+            envs.spec = spec
+            envs.reset(seed=seed)
+            return envs
+        vectorization = "sync"
     make_kwargs = dict(kwargs or {})
     wrappers = []
     if preprocess:
