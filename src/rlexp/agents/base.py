@@ -237,10 +237,11 @@ class Agent:
             return FusedRMSprop(learning_rate=self.lr, rho=0.99, epsilon=self.opt_epsilon)
         return FusedAdam(learning_rate=self.lr, beta_1=self.beta1, beta_2=self.beta2, epsilon=self.opt_epsilon)
 
-    def current_lr(self) -> float:
+    def current_lr(self, steps: int | None = None) -> float:
+        """The learning rate at `steps` env steps (default: now)."""
         frac = 1.0
         if self.lr_schedule == "linear":
-            frac = max(1.0 - self.steps / max(self.max_steps, 1), 0.0)
+            frac = max(1.0 - (self.steps if steps is None else steps) / max(self.max_steps, 1), 0.0)
         return self.lr * frac * self.lr_scale * self.adaptive_scale
 
     def _apply_lr(self) -> None:
@@ -544,8 +545,8 @@ class OnPolicyAgent(Agent):
 
     The rollout runs in the graph: the policy acts in TensorFlow, the envs step through
     `tf.numpy_function`, and time-limit truncations are bootstrapped with the critic's value. Several
-    rollout + update cycles run in one graph call (at least `STEPS_PER_CALL` env steps), so small
-    rollouts (A2C's 5 steps) don't pay Python's per-call cost. Subclasses provide `forward(obs) ->
+    rollout + update cycles run in one graph call (at least `STEPS_PER_CALL` env steps, each cycle with its
+    own scheduled learning rate), so small rollouts (A2C's 5 steps) don't pay Python's per-call cost. Subclasses provide `forward(obs) ->
     (policy output, value)` and `update(batch) -> metrics` (graph code).
 
     Args (besides `Agent`'s):
@@ -560,7 +561,7 @@ class OnPolicyAgent(Agent):
     unclipped sample is what the log-probabilities are computed for (as SB3 does).
     """
 
-    STEPS_PER_CALL = 256
+    STEPS_PER_CALL = 2048  # target reward, early stopping and progress are checked between calls
     jit_update = True  # `update` is pure TensorFlow (XLA can compile it)
     numpy_acting = True  # act with NumPy mirrors of MLP models during rollouts (see `_numpy_rollout`)
 
@@ -577,6 +578,8 @@ class OnPolicyAgent(Agent):
             raise UserError("agent.use_sde and agent.state_dependent_std exclude each other; pick one")
         super().__init__(envs, model, buffer, **kwargs)
         self.updates_per_call = max(1, -(-self.STEPS_PER_CALL // (self.n_steps * self.n_envs)))
+        if self.lr_schedule == "kl_adaptive":  # the rate adapts to each update's KL: one cycle per call
+            self.updates_per_call = 1
 
     # ----- the policy distribution ------------------------------------------------------------------
     @property
@@ -836,25 +839,29 @@ class OnPolicyAgent(Agent):
             self._train_fn = tf.function(self._fused_iterations)
         rollout = self.n_steps * self.n_envs
         cycles = max(1, min(self.updates_per_call, -(-(self.max_steps - self.steps) // rollout)))
-        metrics = self._train_fn(tf.convert_to_tensor(self._obs), tf.constant(cycles))
+        lrs = np.zeros(self.updates_per_call, np.float32)  # fixed length: no retrace for the last, shorter call
+        lrs[:cycles] = [self.current_lr(self.steps + k * rollout) for k in range(cycles)]
+        metrics = self._train_fn(tf.convert_to_tensor(self._obs), tf.constant(cycles), tf.constant(lrs))
         return {k: float(v) for k, v in metrics.items()}
 
     @no_autograph
-    def _fused_iterations(self, obs: tf.Tensor, cycles: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`cycles` rollout + update cycles in one graph call; returns the mean metrics.
+    def _fused_iterations(self, obs: tf.Tensor, cycles: tf.Tensor, lrs: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`cycles` rollout + update cycles in one graph call, cycle i with learning rate `lrs[i]`; returns
+        the mean metrics.
 
         Written with `tf.while_loop` rather than AutoGraph: converting the loop (and the updates it calls)
         cost ~0.7 s of every run's first call."""
         rollout = self.rollout_function()
-        obs, batch = rollout(obs)
-        totals = self._update_fn(batch)
 
-        def cycle(i, obs, totals):
+        def cycle(i, obs, totals=None):
+            for optimizer in self.optimizers().values():
+                optimizer.learning_rate.assign(lrs[i])
             obs, batch = rollout(obs)
             metrics = self._update_fn(batch)
-            return i + 1, obs, {k: totals[k] + metrics[k] for k in totals}
+            return i + 1, obs, metrics if totals is None else {k: totals[k] + metrics[k] for k in totals}
 
-        _, _, totals = tf.while_loop(lambda i, *_: i < cycles - 1, cycle, (tf.constant(0), obs, totals))
+        _, obs, totals = cycle(tf.constant(0), obs)
+        _, _, totals = tf.while_loop(lambda i, *_: i < cycles, cycle, (tf.constant(1), obs, totals))
         return {k: v / tf.cast(cycles, tf.float32) for k, v in totals.items()}
 
 
