@@ -38,3 +38,11 @@ def test_vector_needs_a_batched_env():
         make_envs("Pendulum-v1", vectorization="vector")
     envs = make_envs("CartPole-v1", n_envs=2, vectorization="vector", render_mode="rgb_array")
     assert isinstance(envs, gym.vector.SyncVectorEnv)  # rendering uses env copies
+
+
+def test_auto_vectorization_batches_only_where_it_pays():
+    from rlexp.envs import SameStepCartPoleVectorEnv
+
+    assert isinstance(make_envs("CartPole-v1", n_envs=8), SameStepCartPoleVectorEnv)
+    assert isinstance(make_envs("CartPole-v1", n_envs=1), gym.vector.SyncVectorEnv)
+    assert isinstance(make_envs("Pendulum-v1", n_envs=8), gym.vector.SyncVectorEnv)

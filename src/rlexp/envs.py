@@ -51,23 +51,28 @@ class SameStepCartPoleVectorEnv(CartPoleVectorEnv):
 
 
 NUMPY_VECTOR_ENVS = {"CartPole-v0": SameStepCartPoleVectorEnv, "CartPole-v1": SameStepCartPoleVectorEnv}
+VECTOR_MIN_ENVS = 4  # a batched CartPole step costs ~50 µs whatever the count; an env copy ~10 µs
 
 
-def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectorization: str = "sync",
+def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectorization: str = "auto",
               preprocess: bool = False, max_frame: bool = True, frame_stack: int = 4, screen_size: int = 84,
               noop_max: int = 30, max_episode_steps: int | None = None, render_mode: str | None = None,
               kwargs: dict[str, Any] | None = None, **_: Any) -> gym.vector.VectorEnv:
     """Build `n_envs` copies of `env_id`, stepped together, reset with `seed`.
 
     Episodes restart automatically in the same step (`info["final_obs"]` holds the last observation).
-    `vectorization`: sync (env copies stepped in this process), async (one worker process per env) or
-    vector (one NumPy-batched env, where gymnasium has one: CartPole; with `render_mode` it falls back to sync).
+    `vectorization`: sync (env copies stepped in this process), async (one worker process per env),
+    vector (one NumPy-batched env, where gymnasium has one: CartPole; with `render_mode` it falls back to
+    sync) or auto (vector where it exists and pays, from `VECTOR_MIN_ENVS` envs; else sync).
     `preprocess` applies Atari preprocessing (noop reset, max-and-skip, grayscale, resize, frame stack).
     """
     if n_envs < 1:
         raise UserError(f"env.n_envs={n_envs} must be at least 1")
-    if vectorization not in ("sync", "async", "vector"):
-        raise UserError(f"env.vectorization={vectorization!r} must be 'sync', 'async' or 'vector'")
+    if vectorization not in ("auto", "sync", "async", "vector"):
+        raise UserError(f"env.vectorization={vectorization!r} must be 'auto', 'sync', 'async' or 'vector'")
+    if vectorization == "auto":
+        batched = env_id in NUMPY_VECTOR_ENVS and n_envs >= VECTOR_MIN_ENVS and not (preprocess or kwargs)
+        vectorization = "vector" if batched else "sync"
     if vectorization == "vector":
         if env_id not in NUMPY_VECTOR_ENVS or preprocess or kwargs:
             raise UserError(f"env.vectorization=vector: gymnasium has no NumPy-batched {env_id} (with these "
