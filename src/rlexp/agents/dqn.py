@@ -109,24 +109,29 @@ class DQN(Agent):
         self.buffer.add(obs, actions, rewards, next_obs, terminated, terminated | truncated)
         return next_obs_returned
 
+    @no_autograph
+    def _exploration_noise(self) -> tuple[tf.Tensor, tf.Tensor]:
+        """One step's random actions and uniform draws (explore where draw < epsilon), from `tf_rng`."""
+        random = self.tf_rng.uniform([self.n_envs], 0, self.n_actions, dtype=tf.int64)
+        return random, self.tf_rng.uniform([self.n_envs])
+
     def _collect(self, obs: tf.Tensor, epsilon: tf.Tensor) -> tf.Tensor:
         for _ in tf.range(self.train_freq):
             greedy = tf.argmax(self.model(obs), axis=-1)
-            random = self.tf_rng.uniform([self.n_envs], 0, self.n_actions, dtype=tf.int64)
-            explore = self.tf_rng.uniform([self.n_envs]) < epsilon
-            actions = tf.where(explore, random, greedy)
+            random, draw = self._exploration_noise()
+            actions = tf.where(draw < epsilon, random, greedy)
             next_obs = tf.numpy_function(self._numpy_step, [obs, actions], tf.as_dtype(self.obs_dtype), stateful=True)
             next_obs.set_shape(obs.shape)
             obs = next_obs
         return obs
 
     def _exploration_draws(self, n_steps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """The random actions and explore-draws `_collect` would take from `tf_rng`, in the same order."""
+        """`n_steps` of `_exploration_noise`, drawn in the order `_collect` draws them."""
         randoms = tf.TensorArray(tf.int64, n_steps)
         draws = tf.TensorArray(tf.float32, n_steps)
         for t in tf.range(n_steps):
-            randoms = randoms.write(t, self.tf_rng.uniform([self.n_envs], 0, self.n_actions, dtype=tf.int64))
-            draws = draws.write(t, self.tf_rng.uniform([self.n_envs]))
+            random, draw = self._exploration_noise()
+            randoms, draws = randoms.write(t, random), draws.write(t, draw)
         return randoms.stack(), draws.stack()
 
     def _collect_numpy(self, epsilon: float) -> None:
@@ -134,6 +139,7 @@ class DQN(Agent):
         noise is drawn up front from the same generator in the same order, so the transitions (and the
         training run) are the graph version's, bit for bit."""
         randoms, draws = (x.numpy() for x in self._draws_fn(tf.constant(self.train_freq)))
+        epsilon = np.float32(epsilon)  # compared in float32, as in the graph
         weights = [w.numpy() for w in self.model.weights]
         obs = self._obs
         for t in range(self.train_freq):
