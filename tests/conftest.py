@@ -6,4 +6,6 @@ os.environ.setdefault("WANDB_MODE", "offline")
 
 import tensorflow as tf  # noqa: E402
 
-tf.config.threading.set_inter_op_parallelism_threads(1)  # as the CLI sets it (rlexp.main._setup_tensorflow)
+# as the CLI sets them for vector observations on 2 cores (rlexp.main.thread_counts)
+tf.config.threading.set_inter_op_parallelism_threads(2)
+tf.config.threading.set_intra_op_parallelism_threads(1)

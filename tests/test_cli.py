@@ -65,10 +65,13 @@ def test_eval_prints_mean_and_std(trained):
     assert "eval:" in result.stdout and "± " in result.stdout and "over 3 episodes" in result.stdout
 
 
-def test_same_seed_gives_identical_history(tmp_path):
+@pytest.mark.parametrize("args", [TINY_PPO, ["agent=td3", "env=pendulum", "run.max_steps=1400", "buffer.initial_size=200"]],
+                         ids=["ppo", "td3"])
+def test_same_seed_gives_identical_history(tmp_path, args):
+    """Also with TD3's fused loop, whose env step and buffer sample run on two inter-op threads."""
     for name in ("a", "b"):
         (tmp_path / name).mkdir()
-        assert rlexp(tmp_path / name, *TINY_PPO, "seed=7", "run.eval_episodes=0").returncode == 0
+        assert rlexp(tmp_path / name, *args, "seed=7", "run.eval_episodes=0").returncode == 0
     a, b = (pd.read_parquet(run_dirs(tmp_path / n)[0] / "history.parquet") for n in ("a", "b"))
     pd.testing.assert_frame_equal(a.drop(columns="time"), b.drop(columns="time"))
 

@@ -2,7 +2,7 @@
 import pytest
 from hydra import compose, initialize_config_module
 
-from rlexp.main import agent_class
+from rlexp.main import agent_class, thread_counts
 from rlexp.errors import UserError
 
 
@@ -94,3 +94,14 @@ def test_readme_python_blocks_run(tmp_path, monkeypatch):
     for block in blocks:
         exec(compile(block, "README.md", "exec"), {})
     assert (tmp_path / "videos" / "play.mp4").exists() and (tmp_path / "my_run" / "history.parquet").exists()
+
+
+def test_thread_counts_auto_and_explicit():
+    auto = {"tf_threads": "auto", "tf_inter_threads": "auto"}
+    assert thread_counts(auto, image_obs=False, cores=2) == (2, 1)  # two small ops side by side
+    assert thread_counts(auto, image_obs=False, cores=16) == (2, 8)
+    assert thread_counts(auto, image_obs=True, cores=2) == (1, 0)  # one large conv at a time, all cores
+    assert thread_counts({"tf_threads": 0, "tf_inter_threads": 1}, image_obs=False, cores=2) == (1, 0)
+    for bad in ("many", -1, 1.5):
+        with pytest.raises(UserError, match="run.tf_threads"):
+            thread_counts({"tf_threads": bad}, image_obs=False)
