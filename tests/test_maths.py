@@ -1,7 +1,9 @@
 """Returns / GAE and DQN targets against NumPy references."""
 import numpy as np
+import pytest
 import tensorflow as tf
 
+from rlexp.agents import base
 from rlexp.agents.base import compute_gae
 from rlexp.agents.dqn import q_targets
 
@@ -19,7 +21,9 @@ def gae_reference(rewards, values, dones, last_values, gamma, lam):
     return adv, adv + values
 
 
-def test_gae_matches_reference_with_episode_ends():
+@pytest.mark.parametrize("unroll", [64, 0], ids=["unrolled", "scan"])
+def test_gae_matches_reference_with_episode_ends(monkeypatch, unroll):
+    monkeypatch.setattr(base, "GAE_UNROLL_STEPS", unroll)
     rng = np.random.default_rng(0)
     T, N = 7, 3
     rewards, values = rng.normal(size=(T, N)).astype(np.float32), rng.normal(size=(T, N)).astype(np.float32)
@@ -55,3 +59,16 @@ def test_double_dqn_targets_use_online_argmax():
     next_q_online = np.array([[9.0, 0.0], [0.0, 9.0]], np.float32)  # picks action 0, then action 1
     t = q_targets(rewards, terminated, next_q_target, 1.0, next_q_online).numpy()
     np.testing.assert_allclose(t, [1.0, 4.0])
+
+
+def test_gae_unrolled_equals_scan_bit_for_bit(monkeypatch):
+    rng = np.random.default_rng(1)
+    T, N = 32, 8
+    args = [rng.normal(size=(T, N)).astype(np.float32), rng.normal(size=(T, N)).astype(np.float32),
+            (rng.random((T, N)) < 0.1).astype(np.float32), rng.normal(size=N).astype(np.float32), 0.98, 0.8]
+    results = []
+    for unroll in (64, 0):
+        monkeypatch.setattr(base, "GAE_UNROLL_STEPS", unroll)
+        results.append([x.numpy() for x in tf.function(compute_gae)(*args)])
+    for unrolled, scanned in zip(*results):
+        np.testing.assert_array_equal(unrolled, scanned)

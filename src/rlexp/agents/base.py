@@ -865,6 +865,9 @@ class OnPolicyAgent(Agent):
         return {k: v / tf.cast(cycles, tf.float32) for k, v in totals.items()}
 
 
+GAE_UNROLL_STEPS = 64  # rollouts up to this length get GAE's recursion unrolled in the graph
+
+
 @no_autograph
 def flatten_time(x: tf.Tensor) -> tf.Tensor:
     """[T, N, ...] -> [T * N, ...]."""
@@ -888,6 +891,13 @@ def compute_gae(rewards: tf.Tensor, values: tf.Tensor, dones: tf.Tensor, last_va
     not_done = 1.0 - dones
     next_values = tf.concat([values[1:], last_values[None]], 0)
     deltas = rewards + gamma * next_values * not_done - values
-    advantages = tf.scan(lambda gae, step: step[0] + gamma * lam * step[1] * gae, (deltas, not_done),
-                         initializer=tf.zeros_like(last_values), reverse=True)
+    n_steps = deltas.shape[0]
+    if n_steps is not None and n_steps <= GAE_UNROLL_STEPS:  # a few ops per step instead of a loop's overhead
+        gae, advantages = tf.zeros_like(last_values), [None] * n_steps
+        for t in reversed(range(n_steps)):
+            gae = advantages[t] = deltas[t] + gamma * lam * not_done[t] * gae
+        advantages = tf.stack(advantages)
+    else:
+        advantages = tf.scan(lambda gae, step: step[0] + gamma * lam * step[1] * gae, (deltas, not_done),
+                             initializer=tf.zeros_like(last_values), reverse=True)
     return advantages, advantages + values
