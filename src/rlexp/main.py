@@ -42,7 +42,7 @@ def thread_counts(run: Any, image_obs: bool, cores: int | None = None) -> tuple[
     (DQN 1.5x, TD3 1.4x faster on 2 cores); image models have large convolutions, so one op at a time on
     all cores.
     """
-    cores = cores or os.cpu_count() or 1
+    cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
     auto = (1, 0) if image_obs else (min(2, cores), max(1, cores // 2))
     counts = []
     for key, default in zip(("tf_inter_threads", "tf_threads"), auto):
