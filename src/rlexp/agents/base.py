@@ -95,8 +95,7 @@ class Agent:
         normalize_reward: scale rewards by the running std of the discounted return.
         bootstrap_truncation: treat time-limit truncation as non-terminal (bootstrap from the final
             observation); False treats it as an episode end like termination.
-        jit_compile: compile the update (gradient) steps with XLA; "auto": for vector observations only
-            (XLA halves PPO's MLP update on CPU but makes its convolutions several times slower).
+        jit_compile: compile the update (gradient) steps with XLA.
     """
 
     action_spaces: tuple[str, ...] = ("discrete", "continuous")
@@ -112,7 +111,7 @@ class Agent:
                  plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
                  display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
                  normalize_obs: bool = False, normalize_reward: bool = False,
-                 bootstrap_truncation: bool = True, jit_compile: bool | str = False) -> None:
+                 bootstrap_truncation: bool = True, jit_compile: bool = False) -> None:
         self.envs = envs
         self.n_envs = envs.num_envs
         self.observation_space = envs.single_observation_space
@@ -143,9 +142,7 @@ class Agent:
 
         self.image_obs = is_image(self.observation_space)
         self.obs_dtype = np.uint8 if self.image_obs else np.float32
-        if jit_compile not in (True, False, "auto"):
-            raise UserError(f"agent.jit_compile={jit_compile!r} must be true, false or auto")
-        self.jit_compile = not self.image_obs if jit_compile == "auto" else bool(jit_compile)
+        self.jit_compile = bool(jit_compile)
         if normalize_obs and self.image_obs:
             raise UserError("agent.normalize_obs=true is for vector observations; image observations are scaled "
                             "to [0, 1] already")
@@ -546,8 +543,8 @@ class OnPolicyAgent(Agent):
     The rollout runs in the graph: the policy acts in TensorFlow, the envs step through
     `tf.numpy_function`, and time-limit truncations are bootstrapped with the critic's value. Several
     rollout + update cycles run in one graph call (at least `STEPS_PER_CALL` env steps, each cycle with its
-    own scheduled learning rate), so small rollouts (A2C's 5 steps) don't pay Python's per-call cost. Subclasses provide `forward(obs) ->
-    (policy output, value)` and `update(batch) -> metrics` (graph code).
+    own scheduled learning rate), so small rollouts (A2C's 5 steps) don't pay Python's per-call cost.
+    Subclasses provide `forward(obs) -> (policy output, value)` and `update(batch) -> metrics` (graph code).
 
     Args (besides `Agent`'s):
         n_steps: transitions per env per rollout.
