@@ -161,23 +161,33 @@ class DDPG(Agent):
         batch = self.buffer.sample(self.gradient_steps)
         return [batch[k].astype(np.float32, copy=False) for k in ("obs", "actions", "rewards", "next_obs", "terminated")]
 
+    def _numpy_step_and_sample(self, obs: np.ndarray, actions: np.ndarray) -> list[np.ndarray]:
+        """A cycle's last env step, then its batches: one numpy_function call instead of two."""
+        return [self._numpy_step(obs, actions), *self._numpy_sample()]
+
+    @no_autograph
+    def _noisy_actions(self, obs: tf.Tensor) -> tf.Tensor:
+        noise = self.step_noise_coef * self.tf_rng.normal([self.n_envs, self.n_actions])
+        return tf.clip_by_value(self.unit_action(obs) + noise, -1.0, 1.0)
+
     def _train_cycles(self, obs: tf.Tensor, cycles: tf.Tensor) -> dict[str, tf.Tensor]:
         """`cycles` x (train_freq noisy env steps, then gradient_steps updates) in one graph call."""
         obs_dtype = tf.as_dtype(self.obs_dtype)
+        obs_shape = (self.n_envs, *self.obs_shape)
         size = self.buffer.batch_size
         totals = {"critic_loss": tf.constant(0.0), "actor_loss": tf.constant(0.0)}
         for _ in tf.range(cycles):
-            for _ in tf.range(self.train_freq):
-                noise = self.step_noise_coef * self.tf_rng.normal([self.n_envs, self.n_actions])
-                actions = tf.clip_by_value(self.unit_action(obs) + noise, -1.0, 1.0)
-                obs = tf.numpy_function(self._numpy_step, [obs, actions], obs_dtype, stateful=True)
-                obs.set_shape((self.n_envs, *self.obs_shape))
-            with tf.control_dependencies([obs]):  # sample after the step's transitions are stored
-                batch = tf.numpy_function(self._numpy_sample, [], [tf.float32] * 5, stateful=True)
-            for x, shape in zip(batch, [self.obs_shape, (self.n_actions,), (), self.obs_shape, ()]):
-                x.set_shape((None, *shape))
+            for _ in tf.range(self.train_freq - 1):
+                obs = tf.numpy_function(self._numpy_step, [obs, self._noisy_actions(obs)], obs_dtype, stateful=True)
+                obs.set_shape(obs_shape)
+            # the last step and the sample in one call: the sample always sees the step's transitions
+            # (TF does not order two numpy_functions by itself), and one call's overhead instead of two
+            obs, *batch = tf.numpy_function(self._numpy_step_and_sample, [obs, self._noisy_actions(obs)],
+                                            [obs_dtype] + [tf.float32] * 5, stateful=True)
+            obs.set_shape(obs_shape)
             for g in tf.range(self.gradient_steps):
-                part = [tf.ensure_shape(x[g * size:(g + 1) * size], (size, *x.shape[1:])) for x in batch]
+                part = [tf.reshape(x[g * size:(g + 1) * size], (size, *shape))
+                        for x, shape in zip(batch, [self.obs_shape, (self.n_actions,), (), self.obs_shape, ()])]
                 metrics = self._update_step_fn(*part)
                 totals = {k: totals[k] + metrics[k] for k in totals}
         n = tf.cast(tf.maximum(cycles * self.gradient_steps, 1), tf.float32)
