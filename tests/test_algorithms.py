@@ -174,6 +174,19 @@ def test_ddpg_forward_passes_in_row_blocks_match_one_pass():
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
 
 
+def test_td3_loop_with_several_steps_and_updates_per_cycle():
+    agent = TD3(make_envs("Pendulum-v1", n_envs=2, seed=0), buffer=ReplayBuffer(1000, 32, 16), seed=0,
+                train_freq=3, gradient_steps=2)
+    agent.max_steps = 10_000
+    while not agent.buffer.ready:
+        agent.train_iteration()
+    size, steps = agent.buffer.size, agent.steps
+    metrics = agent.train_iteration()
+    cycles = agent.STEPS_PER_CALL // 6  # 3 steps x 2 envs per cycle
+    assert agent.steps - steps == agent.buffer.size - size == 6 * cycles
+    assert int(agent.updates.numpy()) == 2 * cycles and np.isfinite(metrics["critic_loss"])
+
+
 def test_ddpg_actions_are_scaled_to_the_action_space():
     envs = make_envs("Pendulum-v1", n_envs=1, seed=0)  # actions in [-2, 2]
     agent = DDPG(envs, buffer=ReplayBuffer(100, 8, 8), seed=0)
