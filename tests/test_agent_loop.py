@@ -86,4 +86,5 @@ def test_no_retracing_after_the_first_iteration():
         functions = {k: v for k, v in vars(agent).items() if hasattr(v, "experimental_get_tracing_count")}
         counts = {k: f.experimental_get_tracing_count() for k, f in functions.items()}
         assert functions and all(n <= 1 for n in counts.values()), (type(agent).__name__, counts)
-        assert sum(counts.values()) >= 2, (type(agent).__name__, counts)  # collection and update ran in graphs
+        graphs = 1 if isinstance(agent, TD3) else 2  # TD3's loop collects and updates in one graph
+        assert sum(counts.values()) >= graphs, (type(agent).__name__, counts)  # collection and update ran in graphs

@@ -187,6 +187,30 @@ def test_td3_loop_with_several_steps_and_updates_per_cycle():
     assert int(agent.updates.numpy()) == 2 * cycles and np.isfinite(metrics["critic_loss"])
 
 
+def test_td3_grouped_loop_matches_the_per_update_loop_bit_for_bit():
+    def agent():
+        return TD3(make_envs("Pendulum-v1", n_envs=1, seed=0), buffer=ReplayBuffer(1000, 32, 16), seed=0)
+
+    grouped, per_update = agent(), agent()
+    for name, model in grouped.models().items():  # two agents in one process draw different initial weights
+        per_update.models()[name].set_weights(model.get_weights())
+    for a in (grouped, per_update):
+        a.max_steps = 10_000
+        while not a.buffer.ready:
+            a.train_iteration()
+        a.train_iteration()  # builds the graph functions
+    per_update._groups_fn = lambda obs, groups: per_update._train_fn(obs, groups * per_update.policy_delay)
+    for _ in range(2):
+        grouped.train_iteration(), per_update.train_iteration()
+    assert int(grouped.updates.numpy()) == int(per_update.updates.numpy()) == 3 * grouped.STEPS_PER_CALL
+    for a, b in zip(grouped.actor.get_weights() + grouped.critics[1].get_weights(),
+                    per_update.actor.get_weights() + per_update.critics[1].get_weights()):
+        np.testing.assert_array_equal(a, b)
+    grouped.updates.assign_add(1)  # as after a run that ended between two actor steps
+    grouped.train_iteration()  # one update to the next actor step, then groups again
+    assert int(grouped.updates.numpy()) % grouped.policy_delay == 0
+
+
 def test_ddpg_actions_are_scaled_to_the_action_space():
     envs = make_envs("Pendulum-v1", n_envs=1, seed=0)  # actions in [-2, 2]
     agent = DDPG(envs, buffer=ReplayBuffer(100, 8, 8), seed=0)

@@ -132,23 +132,33 @@ class DDPG(Agent):
         next_q = self.q(self.target_critics[0], next_obs, self.unit_action(next_obs, self.target_actor))
         return rewards + self.gamma * (1.0 - terminated) * next_q
 
-    def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
-        """One critic step; every `policy_delay` steps an actor step and soft target updates."""
+    def critic_step(self, obs, actions, rewards, next_obs, terminated) -> tf.Tensor:
+        """One gradient step of the critic(s) towards `critic_targets`; counts the update."""
         targets = tf.stop_gradient(self.critic_targets(rewards, next_obs, terminated))
         critic_vars = self.trainable_variables("critic")
         with tf.GradientTape() as tape:
             critic_loss = tf.add_n([tf.reduce_mean(tf.square(self.q(c, obs, actions) - targets)) for c in self.critics])
         self.critic_optimizer.apply_gradients(zip(tape.gradient(critic_loss, critic_vars), critic_vars))
         self.updates.assign_add(1)
+        return critic_loss
+
+    def actor_step(self, obs) -> tf.Tensor:
+        """One gradient step of the actor through the first critic, then the soft target updates."""
+        actor_vars = self.trainable_variables("actor")
+        with tf.GradientTape() as tape:
+            actor_loss = -tf.reduce_mean(self.q(self.critics[0], obs, self.unit_action(obs)))
+        self.actor_optimizer.apply_gradients(zip(tape.gradient(actor_loss, actor_vars), actor_vars))
+        soft_update(self.target_actor.variables, self.actor.variables, self.tau)
+        for target, critic in zip(self.target_critics, self.critics):
+            soft_update(target.variables, critic.variables, self.tau)
+        return actor_loss
+
+    def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
+        """One critic step; every `policy_delay` steps an actor step and soft target updates."""
+        critic_loss = self.critic_step(obs, actions, rewards, next_obs, terminated)
         actor_loss = tf.constant(0.0)
         if self.updates % self.policy_delay == 0:
-            actor_vars = self.trainable_variables("actor")
-            with tf.GradientTape() as tape:
-                actor_loss = -tf.reduce_mean(self.q(self.critics[0], obs, self.unit_action(obs)))
-            self.actor_optimizer.apply_gradients(zip(tape.gradient(actor_loss, actor_vars), actor_vars))
-            soft_update(self.target_actor.variables, self.actor.variables, self.tau)
-            for target, critic in zip(self.target_critics, self.critics):
-                soft_update(target.variables, critic.variables, self.tau)
+            actor_loss = self.actor_step(obs)
         return dict(critic_loss=critic_loss, actor_loss=actor_loss)
 
     # ----- the loop ---------------------------------------------------------------------------------
@@ -170,27 +180,51 @@ class DDPG(Agent):
         noise = self.step_noise_coef * self.tf_rng.normal([self.n_envs, self.n_actions])
         return tf.clip_by_value(self.unit_action(obs) + noise, -1.0, 1.0)
 
+    def _step_and_sample(self, obs: tf.Tensor) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        """In the graph: one noisy env step, then gradient_steps batches from the buffer.
+
+        Step and sample are one call: the sample always sees the step's transitions (TF does not order
+        two numpy_functions by itself), and one call costs less than two."""
+        obs_dtype, shapes = tf.as_dtype(self.obs_dtype), [self.obs_shape, (self.n_actions,), (), self.obs_shape, ()]
+        next_obs, *batch = tf.numpy_function(self._numpy_step_and_sample, [obs, self._noisy_actions(obs)],
+                                             [obs_dtype] + [tf.float32] * 5, stateful=True)
+        next_obs.set_shape((self.n_envs, *self.obs_shape))
+        rows = self.gradient_steps * self.buffer.batch_size
+        return next_obs, [tf.reshape(x, (rows, *shape)) for x, shape in zip(batch, shapes)]
+
     def _train_cycles(self, obs: tf.Tensor, cycles: tf.Tensor) -> dict[str, tf.Tensor]:
         """`cycles` x (train_freq noisy env steps, then gradient_steps updates) in one graph call."""
-        obs_dtype = tf.as_dtype(self.obs_dtype)
-        obs_shape = (self.n_envs, *self.obs_shape)
         size = self.buffer.batch_size
         totals = {"critic_loss": tf.constant(0.0), "actor_loss": tf.constant(0.0)}
         for _ in tf.range(cycles):
             for _ in tf.range(self.train_freq - 1):
-                obs = tf.numpy_function(self._numpy_step, [obs, self._noisy_actions(obs)], obs_dtype, stateful=True)
-                obs.set_shape(obs_shape)
-            # the last step and the sample in one call: the sample always sees the step's transitions
-            # (TF does not order two numpy_functions by itself), and one call's overhead instead of two
-            obs, *batch = tf.numpy_function(self._numpy_step_and_sample, [obs, self._noisy_actions(obs)],
-                                            [obs_dtype] + [tf.float32] * 5, stateful=True)
-            obs.set_shape(obs_shape)
+                obs = tf.numpy_function(self._numpy_step, [obs, self._noisy_actions(obs)], obs.dtype, stateful=True)
+                obs.set_shape((self.n_envs, *self.obs_shape))
+            obs, batch = self._step_and_sample(obs)
             for g in tf.range(self.gradient_steps):
-                part = [tf.reshape(x[g * size:(g + 1) * size], (size, *shape))
-                        for x, shape in zip(batch, [self.obs_shape, (self.n_actions,), (), self.obs_shape, ()])]
+                part = [tf.reshape(x[g * size:(g + 1) * size], (size, *x.shape[1:])) for x in batch]
                 metrics = self._update_step_fn(*part)
                 totals = {k: totals[k] + metrics[k] for k in totals}
         n = tf.cast(tf.maximum(cycles * self.gradient_steps, 1), tf.float32)
+        return {k: v / n for k, v in totals.items()}
+
+    def _train_groups(self, obs: tf.Tensor, groups: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`_train_cycles` for one env step and one update per cycle, `policy_delay` cycles at a time with
+        the actor step written after the last one (no condition). TF then sees that the next env step only
+        needs the actor, unchanged by the critic steps in between, and runs it beside them (TD3 Pendulum:
+        2.90-2.97 vs 3.28-3.33 ms per env step). Call with `updates` a multiple of `policy_delay`."""
+        # written inline, not as function calls: TF orders a call as one op after everything before it
+        # that touches its variables (the random generator included), which would hold the next env step
+        critic_step, actor_step = self.critic_step, self.actor_step
+        if self.jit_compile:  # XLA compiles each step into one op, as it does `update_step`
+            critic_step, actor_step = (tf.function(f, jit_compile=True) for f in (critic_step, actor_step))
+        totals = {"critic_loss": tf.constant(0.0), "actor_loss": tf.constant(0.0)}
+        for _ in tf.range(groups):
+            for _ in range(self.policy_delay):
+                obs, batch = self._step_and_sample(obs)
+                totals["critic_loss"] += critic_step(*batch)
+            totals["actor_loss"] += actor_step(batch[0])
+        n = tf.cast(tf.maximum(groups * self.policy_delay, 1), tf.float32)
         return {k: v / n for k, v in totals.items()}
 
     def train_iteration(self) -> dict[str, float]:
@@ -204,7 +238,15 @@ class DDPG(Agent):
         if not hasattr(self, "_train_fn"):
             self._update_step_fn = tf.function(self.update_step, jit_compile=self.jit_compile)
             self._train_fn = tf.function(self._train_cycles)
+            self._groups_fn = tf.function(self._train_groups)
         per_cycle = self.train_freq * self.n_envs
         cycles = max(1, min(self.STEPS_PER_CALL, remaining) // per_cycle)
-        metrics = self._train_fn(tf.convert_to_tensor(self._obs), tf.constant(cycles))
+        obs = tf.convert_to_tensor(self._obs)
+        if self.train_freq == 1 and self.gradient_steps == 1:
+            lag = -int(self.updates) % self.policy_delay  # updates until the next actor step
+            if lag == 0 and cycles >= self.policy_delay:
+                metrics = self._groups_fn(obs, tf.constant(cycles // self.policy_delay))
+                return {k: float(v) for k, v in metrics.items()}
+            cycles = min(cycles, lag or cycles)  # the last steps of a run, or realigning after a resume
+        metrics = self._train_fn(obs, tf.constant(cycles))
         return {k: float(v) for k, v in metrics.items()}
