@@ -100,7 +100,7 @@ class DDPG(Agent):
 
     # ----- acting -----------------------------------------------------------------------------------
     @no_autograph
-    def forward(self, model: tf.keras.Model, x: tf.Tensor) -> tf.Tensor:
+    def in_row_blocks(self, model: tf.keras.Model, x: tf.Tensor) -> tf.Tensor:
         """model(x); a large batch runs as `batch_parts` row blocks, side by side (the same maths)."""
         rows = x.shape[0]
         if self.batch_parts < 2 or rows is None or rows < 2 * self.MIN_PART_ROWS or rows % self.batch_parts:
@@ -110,7 +110,7 @@ class DDPG(Agent):
     @no_autograph
     def unit_action(self, obs: tf.Tensor, actor=None) -> tf.Tensor:
         """Deterministic actions in [-1, 1]."""
-        return tf.tanh(self.forward(actor or self.actor, obs))
+        return tf.tanh(self.in_row_blocks(actor or self.actor, obs))
 
     @no_autograph
     def to_env(self, actions):
@@ -123,7 +123,7 @@ class DDPG(Agent):
 
     @no_autograph
     def q(self, critic, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
-        return self.forward(critic, tf.concat([tf.cast(obs, tf.float32), actions], axis=-1))[:, 0]
+        return self.in_row_blocks(critic, tf.concat([tf.cast(obs, tf.float32), actions], axis=-1))[:, 0]
 
     # ----- learning ---------------------------------------------------------------------------------
     @no_autograph
@@ -241,12 +241,12 @@ class DDPG(Agent):
             self._groups_fn = tf.function(self._train_groups)
         per_cycle = self.train_freq * self.n_envs
         cycles = max(1, min(self.STEPS_PER_CALL, remaining) // per_cycle)
-        obs = tf.convert_to_tensor(self._obs)
+        train_fn, count = self._train_fn, cycles
         if self.train_freq == 1 and self.gradient_steps == 1:
             lag = -int(self.updates) % self.policy_delay  # updates until the next actor step
             if lag == 0 and cycles >= self.policy_delay:
-                metrics = self._groups_fn(obs, tf.constant(cycles // self.policy_delay))
-                return {k: float(v) for k, v in metrics.items()}
-            cycles = min(cycles, lag or cycles)  # the last steps of a run, or realigning after a resume
-        metrics = self._train_fn(obs, tf.constant(cycles))
+                train_fn, count = self._groups_fn, cycles // self.policy_delay
+            elif lag:  # realign after a resume between two actor steps
+                count = min(cycles, lag)
+        metrics = train_fn(tf.convert_to_tensor(self._obs), tf.constant(count))
         return {k: float(v) for k, v in metrics.items()}
