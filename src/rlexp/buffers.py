@@ -47,12 +47,12 @@ class ReplayBuffer:
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
             terminated: np.ndarray, dones: np.ndarray | None = None) -> None:
         """Store a batch of transitions (one per env). `next_obs` is the final observation at episode ends."""
-        batch = dict(obs=obs, actions=actions, rewards=rewards.astype(np.float32), next_obs=next_obs,
-                     terminated=terminated.astype(np.float32))
+        batch = dict(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs, terminated=terminated)
         if not self.data:
-            self._allocate(**batch)
-        n = len(obs)
-        slots = (self.index + np.arange(n)) % self.max_size
+            self._allocate(**batch | dict(rewards=rewards.astype(np.float32), terminated=terminated.astype(np.float32)))
+        n, start = len(obs), self.index
+        # contiguous slots take slice writes, ~3x cheaper than fancy indexing (writes cast to the stored dtypes)
+        slots = slice(start, start + n) if start + n <= self.max_size else (start + np.arange(n)) % self.max_size
         for key, value in batch.items():
             self.data[key][slots] = value
         self.index = int((self.index + n) % self.max_size)
@@ -61,7 +61,7 @@ class ReplayBuffer:
     def sample(self, n_batches: int = 1) -> dict[str, np.ndarray]:
         """`n_batches * batch_size` transitions drawn uniformly (with replacement)."""
         idx = self.rng.integers(0, self.size, n_batches * self.batch_size)
-        return {k: v[idx] for k, v in self.data.items()}
+        return {k: v.take(idx, axis=0) for k, v in self.data.items()}  # take: ~1.6x cheaper than v[idx]
 
     def state_dict(self) -> dict[str, np.ndarray]:
         state = {f"data/{k}": v[: self.size] for k, v in self.data.items()}

@@ -260,7 +260,7 @@ class Agent:
         """
         env_actions = actions
         if self.action_kind == "continuous":
-            env_actions = np.clip(actions, self.action_space.low, self.action_space.high)
+            env_actions = np.minimum(np.maximum(actions, self.action_space.low), self.action_space.high)  # np.clip, faster
         obs, rewards, terminated, truncated, info = self.envs.step(env_actions)
         self._episode_returns += rewards
         dones = terminated | truncated

@@ -56,7 +56,7 @@ class DDPG(Agent):
         low, high = (np.asarray(getattr(space, k, np.nan), np.float32) for k in ("low", "high"))
         if space_kind(space) == "continuous" and not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
             raise UserError(f"{type(self).__name__} needs a bounded action space, got {space}")
-        self.action_low, self.action_high = low, high
+        self.action_low, self.action_high, self._half_range = low, high, 0.5 * (high - low)
         # two row blocks let TF's two inter-op threads (run.tf_inter_threads=auto) share the sequential
         # actor step: TD3 Pendulum's update 2.69 -> 2.40 ms alone, 4.29 -> 4.06 ms per env step in the loop.
         # Two or more critics are parallel chains already: they run whole (half the small ops; TD3 Pendulum
@@ -117,7 +117,7 @@ class DDPG(Agent):
     @no_autograph
     def to_env(self, actions):
         """[-1, 1] -> the action space's bounds."""
-        return self.action_low + (actions + 1.0) * 0.5 * (self.action_high - self.action_low)
+        return self.action_low + (actions + 1.0) * self._half_range
 
     @no_autograph
     def policy(self, obs):
