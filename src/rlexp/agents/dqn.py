@@ -77,7 +77,7 @@ class DQN(Agent):
 
         self._mirror = NumpyModel.mirror(self.model) if self.numpy_acting else None
         self._draws_fn = tf.function(self._exploration_noise)
-        self._update_fn = tf.function(self._update)
+        self._update_fn = tf.function(self._update, autograph=False)
         self._sync_fn = tf.function(lambda: [t.assign(o) for t, o in zip(self.target.variables, self.model.variables)])
 
     def models(self):
@@ -147,11 +147,14 @@ class DQN(Agent):
         q = tf.gather(self.model(obs), tf.cast(actions, tf.int64), batch_dims=1)
         return tf.reduce_mean(tf.keras.losses.huber(targets[:, None], q[:, None]))
 
+    @no_autograph
     def _update(self, batch: dict[str, tf.Tensor]) -> tf.Tensor:
+        """`gradient_steps` gradient steps on consecutive slices of `batch`; the mean loss. A `tf.while_loop`,
+        not AutoGraph (whose conversion was most of the first call's trace)."""
         size = self.buffer.batch_size
-        total = tf.constant(0.0)
         variables = self.model.trainable_variables
-        for g in tf.range(self.gradient_steps):
+
+        def gradient_step(g, total):
             part = {k: v[g * size:(g + 1) * size] for k, v in batch.items()}
             with tf.GradientTape() as tape:
                 loss = self.loss(part["obs"], part["actions"], part["rewards"], part["next_obs"], part["terminated"])
@@ -159,7 +162,9 @@ class DQN(Agent):
             if self.grad_norm is not None:
                 grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
             self.optimizer.apply_gradients(zip(grads, variables))
-            total += loss
+            return g + 1, total + loss
+
+        _, total = tf.while_loop(lambda g, _: g < self.gradient_steps, gradient_step, (tf.constant(0), tf.constant(0.0)))
         return total / tf.cast(self.gradient_steps, tf.float32)
 
     def train_iteration(self) -> dict[str, float]:
