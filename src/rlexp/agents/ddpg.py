@@ -167,6 +167,7 @@ class DDPG(Agent):
 
     @no_autograph
     def _target_updates_then_0(self) -> tf.Tensor:
+        """`target_updates` as a `tf.cond` branch (which must return a tensor)."""
         self.target_updates()
         return tf.constant(0)
 
@@ -200,8 +201,9 @@ class DDPG(Agent):
         return tf.clip_by_value(self.unit_action(obs) + noise, -1.0, 1.0)
 
     @no_autograph
-    def _step_and_sample(self, obs: tf.Tensor, actions: tf.Tensor | None = None) -> tuple[tf.Tensor, list[tf.Tensor]]:
-        """In the graph: one noisy env step, then gradient_steps batches from the buffer.
+    def _step_and_sample(self, obs: tf.Tensor, actions: tf.Tensor | None = None) -> tuple[tf.Tensor, list]:
+        """In the graph: one noisy env step (`actions`, if drawn already), then gradient_steps batches from the
+        buffer.
 
         Step and sample are one call: the sample always sees the step's transitions (TF does not order
         two numpy_functions by itself), and one call costs less than two."""
@@ -270,7 +272,8 @@ class DDPG(Agent):
             return i + 1, obs, critic_loss, actor_loss + actor_step(batch[0], target_updates=False)
 
         zero = tf.constant(0.0)
-        _, _, critic_loss, actor_loss = tf.while_loop(lambda i, *_: i < groups, group, (tf.constant(0), obs, zero, zero))
+        loop_vars = (tf.constant(0), obs, zero, zero)
+        _, _, critic_loss, actor_loss = tf.while_loop(lambda i, *_: i < groups, group, loop_vars)
         with tf.control_dependencies([critic_loss, actor_loss]):  # the last group's target updates
             tf.cond(groups > 0, self._target_updates_then_0, lambda: tf.constant(0))
         n = tf.cast(tf.maximum(groups * self.policy_delay, 1), tf.float32)

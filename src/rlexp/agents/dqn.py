@@ -164,7 +164,8 @@ class DQN(Agent):
             self.optimizer.apply_gradients(zip(grads, variables))
             return g + 1, total + loss
 
-        _, total = tf.while_loop(lambda g, _: g < self.gradient_steps, gradient_step, (tf.constant(0), tf.constant(0.0)))
+        initial = (tf.constant(0), tf.constant(0.0))
+        _, total = tf.while_loop(lambda g, _: g < self.gradient_steps, gradient_step, initial)
         return total / tf.cast(self.gradient_steps, tf.float32)
 
     def train_iteration(self) -> dict[str, float]:
