@@ -206,6 +206,9 @@ def test_td3_grouped_loop_matches_the_per_update_loop_bit_for_bit():
     for a, b in zip(grouped.actor.get_weights() + grouped.critics[1].get_weights(),
                     per_update.actor.get_weights() + per_update.critics[1].get_weights()):
         np.testing.assert_array_equal(a, b)
+    for name, model in grouped.models().items():  # targets too: the grouped loop defers their updates
+        for a, b in zip(model.get_weights(), per_update.models()[name].get_weights()):
+            np.testing.assert_array_equal(a, b, err_msg=name)
     grouped.updates.assign_add(1)  # as after a run that ended between two actor steps
     grouped.train_iteration()  # one update to the next actor step, then groups again
     assert int(grouped.updates.numpy()) % grouped.policy_delay == 0

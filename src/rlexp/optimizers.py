@@ -12,14 +12,9 @@ import keras
 import tensorflow as tf
 
 
-def tf_variable(variable) -> tf.Variable:
-    """The TensorFlow variable of a Keras one (ops on it skip Keras's dispatch, which is slow to trace)."""
-    return variable.value if isinstance(variable, keras.Variable) else variable
-
-
 def _handle(variable) -> tf.Tensor:
     """The resource handle of a Keras or TensorFlow variable."""
-    return tf_variable(variable).handle
+    return (variable.value if isinstance(variable, keras.Variable) else variable).handle
 
 
 class FusedAdam(keras.optimizers.Adam):

@@ -28,7 +28,6 @@ from rlexp.files import write_atomic
 from rlexp.history import History, plot_history
 from rlexp.models import build_model
 from rlexp.normalize import Normalizer
-from rlexp.optimizers import FusedAdam, FusedRMSprop, tf_variable
 from rlexp.progress import Progress
 
 log = logging.getLogger("rlexp")
@@ -229,6 +228,8 @@ class Agent:
 
     def make_optimizer(self):
         """Keras's Adam or RMSprop, with fused update kernels (rlexp.optimizers)."""
+        from rlexp.optimizers import FusedAdam, FusedRMSprop
+
         if self.optimizer_name == "rmsprop":
             return FusedRMSprop(learning_rate=self.lr, rho=0.99, epsilon=self.opt_epsilon)
         return FusedAdam(learning_rate=self.lr, beta_1=self.beta1, beta_2=self.beta2, epsilon=self.opt_epsilon)
@@ -874,7 +875,7 @@ def flatten_time(x: tf.Tensor) -> tf.Tensor:
 @no_autograph
 def soft_update(targets: list[tf.Variable], sources: list[tf.Variable], tau: float) -> None:
     """Polyak averaging: target <- tau * source + (1 - tau) * target."""
-    for target, source in zip(map(tf_variable, targets), map(tf_variable, sources)):
+    for target, source in zip(targets, sources):
         target.assign(tau * source + (1.0 - tau) * target)
 
 

@@ -58,9 +58,7 @@ class DDPG(Agent):
             raise UserError(f"{type(self).__name__} needs a bounded action space, got {space}")
         self.action_low, self.action_high, self._half_range = low, high, 0.5 * (high - low)
         # two row blocks let TF's two inter-op threads (run.tf_inter_threads=auto) share the sequential
-        # actor step: TD3 Pendulum's update 2.69 -> 2.40 ms alone, 4.29 -> 4.06 ms per env step in the loop.
-        # Two or more critics are parallel chains already: they run whole (half the small ops; TD3 Pendulum
-        # 2.66-2.82 vs 2.77-2.95 ms per env step)
+        # actor step: TD3 Pendulum's update 2.69 -> 2.40 ms alone, 4.29 -> 4.06 ms per env step in the loop
         self.batch_parts = 2 if tf.config.threading.get_inter_op_parallelism_threads() >= 2 else 1
         super().__init__(envs, model, buffer, lr=lr, jit_compile=jit_compile, **kwargs)
         if self.gradient_steps == -1:
@@ -123,6 +121,13 @@ class DDPG(Agent):
     def policy(self, obs):
         return self.to_env(self.unit_action(obs))
 
+    @property
+    def critics_in_row_blocks(self) -> bool:
+        """Whether the critic step runs its critics in row blocks: only a single critic; two or more are
+        parallel chains already and run whole (half the small ops; TD3 Pendulum 2.66-2.82 vs 2.77-2.95 ms
+        per env step)."""
+        return self.n_critics < 2
+
     @no_autograph
     def q(self, critic, obs: tf.Tensor, actions: tf.Tensor, row_blocks: bool = True) -> tf.Tensor:
         x = tf.concat([tf.cast(obs, tf.float32), actions], axis=-1)
@@ -140,8 +145,9 @@ class DDPG(Agent):
         """One gradient step of the critic(s) towards `critic_targets`; counts the update."""
         targets = tf.stop_gradient(self.critic_targets(rewards, next_obs, terminated))
         critic_vars = self.trainable_variables("critic")
+        blocks = self.critics_in_row_blocks
         with tf.GradientTape() as tape:
-            critic_loss = tf.add_n([tf.reduce_mean(tf.square(self.q(c, obs, actions, self.n_critics < 2) - targets))
+            critic_loss = tf.add_n([tf.reduce_mean(tf.square(self.q(c, obs, actions, blocks) - targets))
                                     for c in self.critics])
         self.critic_optimizer.apply_gradients(zip(tape.gradient(critic_loss, critic_vars), critic_vars))
         self.updates.assign_add(1)
