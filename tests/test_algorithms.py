@@ -10,8 +10,9 @@ from rlexp.agents.base import soft_update
 from rlexp.agents.ppo import clipped_surrogate
 from rlexp.agents.td3 import smoothed_target_actions
 from rlexp.agents.trpo import assign_flat, conjugate_gradient, flat_concat
-from rlexp.buffers import ReplayBuffer, RolloutBuffer
+from rlexp.buffers import GraphReplayBuffer, ReplayBuffer, RolloutBuffer
 from rlexp.envs import make_envs
+from rlexp.graph_envs import NUMPY
 from rlexp.normalize import RunningMeanStd
 
 
@@ -174,9 +175,10 @@ def test_ddpg_forward_passes_in_row_blocks_match_one_pass():
         np.testing.assert_allclose(a.numpy(), b.numpy(), rtol=1e-4, atol=1e-6)
 
 
-def test_td3_loop_with_several_steps_and_updates_per_cycle():
-    agent = TD3(make_envs("Pendulum-v1", n_envs=2, seed=0), buffer=ReplayBuffer(1000, 32, 16), seed=0,
-                train_freq=3, gradient_steps=2)
+@pytest.mark.parametrize("vectorization", ["graph", "sync"])  # env steps and replay in the graph, or in Python
+def test_td3_loop_with_several_steps_and_updates_per_cycle(vectorization):
+    envs = make_envs("Pendulum-v1", n_envs=2, seed=0, vectorization=vectorization)
+    agent = TD3(envs, buffer=ReplayBuffer(1000, 32, 16), seed=0, train_freq=3, gradient_steps=2)
     agent.max_steps = 10_000
     while not agent.buffer.ready:
         agent.train_iteration()
@@ -187,9 +189,11 @@ def test_td3_loop_with_several_steps_and_updates_per_cycle():
     assert int(agent.updates.numpy()) == 2 * cycles and np.isfinite(metrics["critic_loss"])
 
 
-def test_td3_grouped_loop_matches_the_per_update_loop_bit_for_bit():
+@pytest.mark.parametrize("vectorization", ["graph", "sync"])
+def test_td3_grouped_loop_matches_the_per_update_loop_bit_for_bit(vectorization):
     def agent():
-        return TD3(make_envs("Pendulum-v1", n_envs=1, seed=0), buffer=ReplayBuffer(1000, 32, 16), seed=0)
+        envs = make_envs("Pendulum-v1", n_envs=1, seed=0, vectorization=vectorization)
+        return TD3(envs, buffer=ReplayBuffer(1000, 32, 16), seed=0)
 
     grouped, per_update = agent(), agent()
     for name, model in grouped.models().items():  # two agents in one process draw different initial weights
@@ -212,6 +216,28 @@ def test_td3_grouped_loop_matches_the_per_update_loop_bit_for_bit():
     grouped.updates.assign_add(1)  # as after a run that ended between two actor steps
     grouped.train_iteration()  # one update to the next actor step, then groups again
     assert int(grouped.updates.numpy()) % grouped.policy_delay == 0
+
+
+def test_td3_steps_a_graph_env_in_the_graph_and_keeps_the_episode_books():
+    envs = make_envs("Pendulum-v1", n_envs=2, seed=0, max_episode_steps=7)
+    agent = TD3(envs, buffer=ReplayBuffer(1000, 20, 16), seed=0)
+    agent.max_steps = 500
+    agent.train_iteration()  # the random warm-up steps in Python, into a NumPy replay buffer
+    assert agent.steps_in_graph and type(agent.buffer) is ReplayBuffer and agent.steps == 20
+    warm_up = agent.buffer.data["obs"][:20].copy()
+    while agent.steps < 500:
+        agent.train_iteration()
+    assert isinstance(agent.buffer, GraphReplayBuffer)  # moved into TF variables for the graph loop
+    np.testing.assert_array_equal(agent.buffer.data["obs"][:20].numpy(), warm_up)
+    assert agent.steps == agent.buffer.size == 500 and int(agent.updates.numpy()) > 200
+    ends, returns = zip(*agent._finished)  # every env's episode ends after 7 of its steps
+    assert list(ends) == [7 * 2 * k - 1 + i for k in range(1, 36) for i in (0, 1)]
+    rewards = agent.buffer.data["rewards"].numpy()  # transition t of env i sits in slot 2 t + i
+    expected = [rewards[2 * 7 * (k - 1) + i: 2 * 7 * k: 2].sum() for k in range(1, 36) for i in (0, 1)]
+    np.testing.assert_allclose(returns, expected, rtol=1e-5)
+    partial = [rewards[2 * 7 * 35 + i::2].sum() for i in (0, 1)]  # steps 491-500 of the running episodes
+    np.testing.assert_allclose(agent._episode_returns, partial, rtol=1e-5)
+    np.testing.assert_array_equal(agent._obs, envs.observe(NUMPY, envs.state))  # the graph's state came back
 
 
 def test_ddpg_actions_are_scaled_to_the_action_space():

@@ -2,7 +2,7 @@
 import numpy as np
 import pytest
 
-from rlexp.buffers import FrameBuffer, ReplayBuffer
+from rlexp.buffers import FrameBuffer, GraphReplayBuffer, ReplayBuffer
 from rlexp.errors import UserError
 
 
@@ -12,17 +12,18 @@ def add_n(buffer, start, n):
         buffer.add(x, np.array([i]), np.array([float(i)]), x + 1, np.array([False]))
 
 
-def test_ring_overwrites_oldest_when_full():
-    buffer = ReplayBuffer(max_size=5, initial_size=3, batch_size=2)
+@pytest.mark.parametrize("cls", [ReplayBuffer, GraphReplayBuffer])
+def test_ring_overwrites_oldest_when_full(cls):
+    buffer = cls(max_size=5, initial_size=3, batch_size=2)
     add_n(buffer, 0, 2)
     assert not buffer.ready
     add_n(buffer, 2, 1)
     assert buffer.ready
     add_n(buffer, 3, 5)  # 8 written into 5 slots: 0, 1, 2 are gone
     assert buffer.size == 5
-    assert sorted(buffer.data["actions"].tolist()) == [3, 4, 5, 6, 7]
+    assert sorted(np.asarray(buffer.data["actions"]).ravel().tolist()) == [3, 4, 5, 6, 7]
     sample = buffer.sample(50)
-    assert sample["obs"].shape == (100, 1) and set(sample["actions"]) <= {3, 4, 5, 6, 7}
+    assert sample["obs"].shape == (100, 1) and set(sample["actions"].ravel()) <= {3, 4, 5, 6, 7}
     np.testing.assert_array_equal(sample["next_obs"][:, 0], sample["obs"][:, 0] + 1)
 
 
@@ -33,13 +34,43 @@ def test_sizes_are_checked():
         ReplayBuffer(max_size=10, batch_size=20)
 
 
-def test_state_roundtrip():
-    buffer = ReplayBuffer(max_size=4, batch_size=1)
+@pytest.mark.parametrize("cls, other_cls", [(ReplayBuffer, ReplayBuffer), (GraphReplayBuffer, GraphReplayBuffer),
+                                            (ReplayBuffer, GraphReplayBuffer), (GraphReplayBuffer, ReplayBuffer)])
+def test_state_roundtrip(cls, other_cls):
+    buffer = cls(max_size=4, batch_size=1)
     add_n(buffer, 0, 6)
-    other = ReplayBuffer(max_size=4, batch_size=1)
+    other = other_cls(max_size=4, batch_size=1)
     other.load_state_dict(buffer.state_dict())
     assert other.size == 4 and other.index == buffer.index
-    np.testing.assert_array_equal(other.data["obs"], buffer.data["obs"])
+    np.testing.assert_array_equal(np.asarray(other.data["obs"]), np.asarray(buffer.data["obs"]))
+    assert other.nbytes_per_transition() == buffer.nbytes_per_transition() == 4 * 4 + 8
+
+
+def test_graph_buffer_stores_and_samples_in_a_graph_like_the_numpy_one():
+    import tensorflow as tf
+
+    graph, numpy = GraphReplayBuffer(max_size=7, batch_size=4), ReplayBuffer(max_size=7, batch_size=4)
+    rng = np.random.default_rng(0)
+    steps = [[rng.normal(size=(2, 3)).astype(np.float32), rng.normal(size=(2, 1)).astype(np.float32),
+              rng.normal(size=2).astype(np.float32), rng.normal(size=(2, 3)).astype(np.float32),
+              rng.random(2) < 0.5] for _ in range(6)]  # 12 transitions of 2 envs: wraps around 7 slots
+    graph.add(*steps[0])
+    numpy.add(*steps[0])
+    tf_rng = tf.random.Generator.from_seed(0)
+
+    @tf.function(autograph=False)
+    def add_and_sample(*step):
+        graph.graph_add(*step)
+        return graph.graph_sample(8, tf_rng)
+
+    for step in steps[1:]:
+        batch = add_and_sample(*step)
+        numpy.add(*step)
+        held = {tuple(row) for row in numpy.data["obs"][: numpy.size]}
+        assert {tuple(row) for row in batch[0].numpy()} <= held and batch[4].dtype == tf.float32
+    assert (graph.size, graph.index) == (numpy.size, numpy.index) == (7, 5)
+    for key, value in numpy.data.items():
+        np.testing.assert_array_equal(graph.data[key].numpy(), value, err_msg=key)
 
 
 class FakeStackedEnv:

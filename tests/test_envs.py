@@ -1,10 +1,11 @@
-"""The NumPy-batched CartPole behaves like gymnasium's CartPole-v1 copies, with same-step restarts."""
+"""The batched envs (NumPy CartPole, graph Pendulum) behave like gymnasium's copies, with same-step restarts."""
 import gymnasium as gym
 import numpy as np
 import pytest
 
 from rlexp.envs import make_envs
 from rlexp.errors import UserError
+from rlexp.graph_envs import GraphPendulum
 
 
 def test_vector_cartpole_matches_env_copies():
@@ -45,4 +46,67 @@ def test_auto_vectorization_batches_only_where_it_pays():
 
     assert isinstance(make_envs("CartPole-v1", n_envs=8), SameStepCartPoleVectorEnv)
     assert isinstance(make_envs("CartPole-v1", n_envs=1), gym.vector.SyncVectorEnv)
-    assert isinstance(make_envs("Pendulum-v1", n_envs=8), gym.vector.SyncVectorEnv)
+    assert isinstance(make_envs("Pendulum-v1", n_envs=8, vectorization="sync"), gym.vector.SyncVectorEnv)
+    assert isinstance(make_envs("Pendulum-v1", n_envs=1), GraphPendulum)  # graph envs first, any count
+    assert isinstance(make_envs("Pendulum-v1", kwargs={"g": 9.81}), gym.vector.SyncVectorEnv)
+
+
+def test_graph_needs_a_graph_env():
+    with pytest.raises(UserError, match="vectorization=sync"):
+        make_envs("CartPole-v1", vectorization="graph")
+    assert isinstance(make_envs("Pendulum-v1", vectorization="graph", render_mode="rgb_array"), gym.vector.SyncVectorEnv)
+
+
+def test_graph_pendulum_matches_gymnasium_pendulum():
+    n, limit = 3, 40
+    batched = make_envs("Pendulum-v1", n_envs=n, seed=0, max_episode_steps=limit)
+    copies = [gym.make("Pendulum-v1").unwrapped for _ in range(n)]
+    rng = np.random.default_rng(0)
+    truncations = 0
+    for t in range(100):
+        for env, state in zip(copies, batched.state.T):
+            env.state = state.copy()
+        actions = rng.uniform(-3, 3, (n, 1)).astype(np.float32)  # outside the bounds too: both clip
+        obs, rewards, terminated, truncated, info = batched.step(actions)
+        assert not terminated.any() and np.array_equal(truncated, np.full(n, (t + 1) % limit == 0))
+        for i, env in enumerate(copies):
+            o, r, *_ = env.step(actions[i])
+            # gymnasium's scalar float32 maths rounds 0.001 * u**2 differently in the last bit
+            np.testing.assert_allclose(rewards[i], r, rtol=1e-8)
+            np.testing.assert_array_equal(info["final_obs"][i] if truncated[i] else obs[i], o)
+        if truncated.any():
+            truncations += 1
+            assert np.all(np.abs(batched.state[0]) <= np.pi) and np.all(np.abs(batched.state[1]) <= 1)
+            np.testing.assert_array_equal(obs[:, 2], batched.state[1].astype(np.float32))
+    assert truncations == 2
+
+
+def test_graph_step_matches_the_numpy_step():
+    import tensorflow as tf
+
+    n = 2
+    in_graph, in_numpy = (make_envs("Pendulum-v1", n_envs=n, seed=0, max_episode_steps=30) for _ in range(2))
+    in_graph.to_graph()
+    rng = np.random.default_rng(1)
+    actions = rng.uniform(-2, 2, (70, n, 1)).astype(np.float32)
+
+    @tf.function(autograph=False)
+    def steps(actions):  # several steps in one graph, the state carried by the env's variables
+        return [in_graph.graph_step(a) for a in tf.unstack(actions)]
+
+    for chunk in (actions[:30], actions[30:60], actions[60:]):  # each of the first two ends with a restart
+        for t, (a, outputs) in enumerate(zip(chunk, steps(tf.constant(chunk)))):
+            obs, rewards, terminated, truncated, final_obs = (x.numpy() for x in outputs)
+            o, r, term, trunc, info = in_numpy.step(a)
+            np.testing.assert_array_equal(truncated, trunc)
+            # TF's and NumPy's sin/cos may differ in the last bit of a float64
+            np.testing.assert_allclose(final_obs, info["final_obs"] if trunc.any() else o, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(rewards, r, rtol=1e-12)
+            if trunc.any():  # the restarts draw from different generators: follow the graph's
+                assert t == 29 and np.all(np.abs(obs[:, 2]) <= 1)
+                in_graph.from_graph()
+                in_numpy.state = in_graph.state.copy()
+            else:
+                np.testing.assert_allclose(obs, o, rtol=1e-6, atol=1e-7)
+    in_graph.from_graph()
+    assert in_graph.elapsed.tolist() == [10, 10]

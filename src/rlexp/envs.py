@@ -8,6 +8,7 @@ import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
 from rlexp.errors import UserError
+from rlexp.graph_envs import GRAPH_ENVS
 
 try:  # ale-py registers the Atari ids (ROMs ship with it)
     import ale_py
@@ -61,24 +62,30 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
 
     Episodes restart automatically in the same step (`info["final_obs"]` holds the last observation).
     `vectorization`: sync (env copies stepped in this process), async (one worker process per env),
-    vector (one NumPy-batched env, where gymnasium has one: CartPole; with `render_mode` it falls back to
-    sync) or auto (vector where it exists and pays, from `VECTOR_MIN_ENVS` envs; else sync).
+    vector (one NumPy-batched env, where gymnasium has one: CartPole), graph (one batched env that also
+    steps inside TF graphs, where rlexp has one: Pendulum; `rlexp.graph_envs`) or auto (graph where it
+    exists, then vector where it exists and pays, from `VECTOR_MIN_ENVS` envs; else sync). With `render_mode`
+    vector and graph fall back to sync.
     `preprocess` applies Atari preprocessing (noop reset, max-and-skip, grayscale, resize, frame stack).
     """
     if n_envs < 1:
         raise UserError(f"env.n_envs={n_envs} must be at least 1")
-    if vectorization not in ("auto", "sync", "async", "vector"):
-        raise UserError(f"env.vectorization={vectorization!r} must be 'auto', 'sync', 'async' or 'vector'")
+    if vectorization not in ("auto", "sync", "async", "vector", "graph"):
+        raise UserError(f"env.vectorization={vectorization!r} must be 'auto', 'sync', 'async', 'vector' or 'graph'")
     if vectorization == "auto":
-        batched = env_id in NUMPY_VECTOR_ENVS and n_envs >= VECTOR_MIN_ENVS and not (preprocess or kwargs)
-        vectorization = "vector" if batched else "sync"
-    if vectorization == "vector":
-        if env_id not in NUMPY_VECTOR_ENVS or preprocess or kwargs:
-            raise UserError(f"env.vectorization=vector: gymnasium has no NumPy-batched {env_id} (with these "
-                            f"options); use env.vectorization=sync (batched: {', '.join(NUMPY_VECTOR_ENVS)})")
+        if env_id in GRAPH_ENVS and not (preprocess or kwargs):
+            vectorization = "graph"
+        else:
+            batched = env_id in NUMPY_VECTOR_ENVS and n_envs >= VECTOR_MIN_ENVS and not (preprocess or kwargs)
+            vectorization = "vector" if batched else "sync"
+    if vectorization in ("vector", "graph"):
+        batched_envs, kind = (NUMPY_VECTOR_ENVS, "NumPy-batched") if vectorization == "vector" else (GRAPH_ENVS, "graph")
+        if env_id not in batched_envs or preprocess or kwargs:
+            raise UserError(f"env.vectorization={vectorization}: there is no {kind} {env_id} (with these options); "
+                            f"use env.vectorization=sync ({kind}: {', '.join(batched_envs)})")
         if not render_mode:  # rendering (play, videos) uses env copies
             spec = gym.spec(env_id)
-            envs = NUMPY_VECTOR_ENVS[env_id](n_envs, int(max_episode_steps or spec.max_episode_steps))
+            envs = batched_envs[env_id](n_envs, int(max_episode_steps or spec.max_episode_steps))
             envs.spec = spec
             envs.reset(seed=seed)
             return envs

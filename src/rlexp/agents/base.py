@@ -25,6 +25,7 @@ from rlexp.agents.distributions import no_autograph
 from rlexp.envs import is_image, space_kind
 from rlexp.errors import UserError
 from rlexp.files import write_atomic
+from rlexp.graph_envs import GraphVectorEnv
 from rlexp.history import History, plot_history
 from rlexp.models import build_model
 from rlexp.normalize import Normalizer
@@ -284,6 +285,59 @@ class Agent:
         if not self.bootstrap_truncation:
             terminated, truncated = dones, np.zeros_like(truncated)
         return obs, rewards.astype(np.float32), terminated, truncated, next_obs
+
+    # ----- stepping a GraphVectorEnv inside a graph -------------------------------------------------
+    @property
+    def steps_in_graph(self) -> bool:
+        """Whether graph loops step the envs with TF ops: a `GraphVectorEnv` and no (NumPy) normaliser."""
+        return isinstance(self.envs, GraphVectorEnv) and not (self.normalizer.normalize_obs or
+                                                              self.normalizer.normalize_reward)
+
+    def graph_steps_begin(self, max_steps: int) -> None:
+        """Before a graph call with at most `max_steps` `graph_env_step`s: hand the env state to TF variables."""
+        if not hasattr(self, "_graph_log"):
+            self._graph_log = tf.Variable(tf.zeros((max_steps, 2, self.n_envs), tf.float64))  # rewards, dones
+            self._graph_log_rows = tf.Variable(0)
+        if max_steps > self._graph_log.shape[0]:
+            raise ValueError(f"{max_steps} env steps per graph call, more than the first call's {self._graph_log.shape[0]}")
+        self._graph_log_rows.assign(0)
+        self.envs.to_graph()
+
+    def graph_steps_end(self) -> None:
+        """After that call: env state, step count and episode bookkeeping back in Python, as `env_step` does
+        them (returns are summed in the same order)."""
+        self.envs.from_graph()
+        log = self._graph_log[: int(self._graph_log_rows)].numpy()
+        rewards, dones = log[:, 0], log[:, 1] > 0
+        finished = []
+        for i in range(self.n_envs):
+            start, running = 0, self._episode_returns[i]
+            for t in np.flatnonzero(dones[:, i]):
+                ret = np.cumsum(np.concatenate([[running], rewards[start:t + 1, i]]))[-1]
+                finished.append((self.steps + int(t) * self.n_envs + i + 1, float(ret)))
+                start, running = t + 1, 0.0
+            self._episode_returns[i] = np.cumsum(np.concatenate([[running], rewards[start:, i]]))[-1]
+        self._finished.extend(sorted(finished))
+        self.steps += len(log) * self.n_envs
+
+    @no_autograph
+    def graph_env_step(self, actions: tf.Tensor) -> tuple[tf.Tensor, ...]:
+        """`env_step` inside a graph (see `steps_in_graph`): obs, float32 rewards, terminated, truncated,
+        next_obs. Each step's rewards and episode ends go to a log that `graph_steps_end` reads (~5 ops a step:
+        tracking the episodes here took ~0.2 ms per TD3 Pendulum step)."""
+        if self.action_kind == "continuous":
+            actions = tf.minimum(tf.maximum(actions, self.action_space.low), self.action_space.high)
+        obs, rewards, terminated, truncated, next_obs = self.envs.graph_step(actions)
+        dones = terminated | truncated
+        row = self._graph_log_rows.read_value()
+        self._graph_log.scatter_nd_update([[row]], tf.stack([rewards, tf.cast(dones, tf.float64)])[None])
+        self._graph_log_rows.assign(row + 1)
+        rewards = tf.cast(rewards, tf.float32)
+        if self.clip_rewards:
+            rewards = tf.sign(rewards)
+        if not self.bootstrap_truncation:
+            terminated, truncated = dones, tf.zeros_like(truncated)
+        return obs, rewards, terminated, truncated, next_obs
 
     # ----- the loop -------------------------------------------------------------------------------
     @property
