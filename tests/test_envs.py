@@ -5,7 +5,7 @@ import pytest
 
 from rlexp.envs import make_envs
 from rlexp.errors import UserError
-from rlexp.graph_envs import GraphPendulum
+from rlexp.graph_envs import GraphCartPole, GraphPendulum
 
 
 def test_vector_cartpole_matches_env_copies():
@@ -44,7 +44,8 @@ def test_vector_needs_a_batched_env():
 def test_auto_vectorization_batches_only_where_it_pays():
     from rlexp.envs import SameStepCartPoleVectorEnv
 
-    assert isinstance(make_envs("CartPole-v1", n_envs=8), SameStepCartPoleVectorEnv)
+    assert isinstance(make_envs("CartPole-v1", n_envs=8), GraphCartPole)
+    assert isinstance(make_envs("CartPole-v1", n_envs=8, vectorization="vector"), SameStepCartPoleVectorEnv)
     assert isinstance(make_envs("CartPole-v1", n_envs=1), gym.vector.SyncVectorEnv)
     assert isinstance(make_envs("Pendulum-v1", n_envs=8, vectorization="sync"), gym.vector.SyncVectorEnv)
     assert isinstance(make_envs("Pendulum-v1", n_envs=1), GraphPendulum)  # graph envs first, any count
@@ -53,7 +54,7 @@ def test_auto_vectorization_batches_only_where_it_pays():
 
 def test_graph_needs_a_graph_env():
     with pytest.raises(UserError, match="vectorization=sync"):
-        make_envs("CartPole-v1", vectorization="graph")
+        make_envs("Acrobot-v1", vectorization="graph")
     assert isinstance(make_envs("Pendulum-v1", vectorization="graph", render_mode="rgb_array"), gym.vector.SyncVectorEnv)
 
 
@@ -81,32 +82,57 @@ def test_graph_pendulum_matches_gymnasium_pendulum():
     assert truncations == 2
 
 
-def test_graph_step_matches_the_numpy_step():
+def test_graph_cartpole_is_the_numpy_batched_cartpole_bit_for_bit():
+    batched, graph = (make_envs("CartPole-v1", n_envs=8, seed=3, vectorization=v) for v in ("vector", "graph"))
+    np.testing.assert_array_equal(batched.state, graph.state)
+    rng = np.random.default_rng(0)
+    ends = 0
+    for _ in range(1500):
+        actions = rng.integers(0, 2, 8)
+        (o1, r1, te1, tr1, i1), (o2, r2, te2, tr2, i2) = batched.step(actions), graph.step(actions)
+        for a, b in [(o1, o2), (r1, r2), (te1, te2), (tr1, tr2), (i1.get("final_obs"), i2.get("final_obs"))]:
+            np.testing.assert_array_equal(a, b)
+        ends += te1.sum()
+    assert ends > 50
+
+
+@pytest.mark.parametrize("env_id", ["Pendulum-v1", "CartPole-v1"])
+def test_graph_step_matches_the_numpy_step(env_id):
     import tensorflow as tf
 
     n = 2
-    in_graph, in_numpy = (make_envs("Pendulum-v1", n_envs=n, seed=0, max_episode_steps=30) for _ in range(2))
+    in_graph, in_numpy = (make_envs(env_id, n_envs=n, seed=0, max_episode_steps=30, vectorization="graph")
+                          for _ in range(2))
     in_graph.to_graph()
     rng = np.random.default_rng(1)
-    actions = rng.uniform(-2, 2, (70, n, 1)).astype(np.float32)
+    if env_id == "Pendulum-v1":
+        actions = rng.uniform(-2, 2, (70, n, 1)).astype(np.float32)
+    else:
+        actions = rng.integers(0, 2, (70, n))
 
     @tf.function(autograph=False)
     def steps(actions):  # several steps in one graph, the state carried by the env's variables
         return [in_graph.graph_step(a) for a in tf.unstack(actions)]
 
-    for chunk in (actions[:30], actions[30:60], actions[60:]):  # each of the first two ends with a restart
-        for t, (a, outputs) in enumerate(zip(chunk, steps(tf.constant(chunk)))):
+    restarts = 0
+    for chunk in (actions[:30], actions[30:60], actions[60:]):  # each of the first two ends with a truncation
+        for a, outputs in zip(chunk, steps(tf.constant(chunk))):
             obs, rewards, terminated, truncated, final_obs = (x.numpy() for x in outputs)
             o, r, term, trunc, info = in_numpy.step(a)
             np.testing.assert_array_equal(truncated, trunc)
+            np.testing.assert_array_equal(terminated, term)
             # TF's and NumPy's sin/cos may differ in the last bit of a float64
-            np.testing.assert_allclose(final_obs, info["final_obs"] if trunc.any() else o, rtol=1e-6, atol=1e-7)
+            np.testing.assert_allclose(final_obs, info["final_obs"] if info else o, rtol=1e-6, atol=1e-7)
             np.testing.assert_allclose(rewards, r, rtol=1e-12)
-            if trunc.any():  # the restarts draw from different generators: follow the graph's
-                assert t == 29 and np.all(np.abs(obs[:, 2]) <= 1)
-                in_graph.from_graph()
-                in_numpy.state = in_graph.state.copy()
+            if info:  # the restarts draw from different generators: follow the graph's
+                restarts += 1
+                in_numpy.state[:, term | trunc] = np.nan  # (synced below, after the chunk)
             else:
                 np.testing.assert_allclose(obs, o, rtol=1e-6, atol=1e-7)
-    in_graph.from_graph()
-    assert in_graph.elapsed.tolist() == [10, 10]
+            if np.isnan(in_numpy.state).any():
+                break
+        in_graph.from_graph()
+        in_numpy.state, in_numpy.elapsed = in_graph.state.copy(), in_graph.elapsed.copy()
+    assert restarts >= 2
+    if env_id == "Pendulum-v1":  # never terminates: truncated at steps 30 and 60
+        assert in_graph.elapsed.tolist() == [10, 10]

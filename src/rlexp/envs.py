@@ -73,7 +73,7 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     if vectorization not in ("auto", "sync", "async", "vector", "graph"):
         raise UserError(f"env.vectorization={vectorization!r} must be 'auto', 'sync', 'async', 'vector' or 'graph'")
     if vectorization == "auto":
-        if env_id in GRAPH_ENVS and not (preprocess or kwargs):
+        if env_id in GRAPH_ENVS and not (preprocess or kwargs) and (n_envs >= VECTOR_MIN_ENVS or env_id not in NUMPY_VECTOR_ENVS):
             vectorization = "graph"
         else:
             batched = env_id in NUMPY_VECTOR_ENVS and n_envs >= VECTOR_MIN_ENVS and not (preprocess or kwargs)

@@ -14,14 +14,14 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.vector.utils import batch_space
 
-NUMPY = SimpleNamespace(sin=np.sin, cos=np.cos, clip=np.clip, mod=np.mod, stack=np.stack, zeros_like=np.zeros_like,
+NUMPY = SimpleNamespace(sin=np.sin, cos=np.cos, square=np.square, clip=np.clip, mod=np.mod, stack=np.stack, zeros_like=np.zeros_like,
                         float32=np.float32, float64=np.float64, bool=bool, cast=lambda x, dtype: np.asarray(x, dtype))
 
 
 def _tensorflow_ops() -> SimpleNamespace:
     import tensorflow as tf
 
-    return SimpleNamespace(sin=tf.sin, cos=tf.cos, clip=tf.clip_by_value, mod=tf.math.floormod, stack=tf.stack,
+    return SimpleNamespace(sin=tf.sin, cos=tf.cos, square=tf.square, clip=tf.clip_by_value, mod=tf.math.floormod, stack=tf.stack,
                            zeros_like=tf.zeros_like, float32=tf.float32, float64=tf.float64, bool=tf.bool, cast=tf.cast)
 
 
@@ -137,7 +137,7 @@ class GraphPendulum(GraphVectorEnv):
         th, thdot = state[0], state[1]
         u = xp.clip(actions[:, 0], -self.max_torque, self.max_torque)  # float32, as in gymnasium
         angle = xp.mod(th + np.pi, 2 * np.pi) - np.pi
-        costs = angle**2 + 0.1 * thdot**2 + xp.cast(0.001 * u**2, xp.float64)
+        costs = xp.square(angle) + 0.1 * xp.square(thdot) + xp.cast(0.001 * xp.square(u), xp.float64)
         accel = 3 * self.g / (2 * self.length) * xp.sin(th) + xp.cast(3.0 / (self.m * self.length**2) * u, xp.float64)
         newthdot = xp.clip(thdot + accel * self.dt, -self.max_speed, self.max_speed)
         return xp.stack([th + newthdot * self.dt, newthdot]), -costs, xp.zeros_like(th, xp.bool)  # never terminates
@@ -146,4 +146,39 @@ class GraphPendulum(GraphVectorEnv):
         return xp.cast(xp.stack([xp.cos(state[0]), xp.sin(state[0]), state[1]], 1), xp.float32)
 
 
-GRAPH_ENVS = {"Pendulum-v1": GraphPendulum}
+class GraphCartPole(GraphVectorEnv):
+    """gymnasium's CartPole (its NumPy-vectorised version's maths and reset draws) as a `GraphVectorEnv`."""
+
+    state_size = 4
+    gravity, masscart, masspole, length, force_mag, tau = 9.8, 1.0, 0.1, 0.5, 10.0, 0.02
+    total_mass, polemass_length = masspole + masscart, masspole * length
+    theta_threshold, x_threshold = 12 * 2 * np.pi / 360, 2.4
+
+    def __init__(self, num_envs: int, max_episode_steps: int = 500) -> None:
+        high = np.array([self.x_threshold * 2, np.inf, self.theta_threshold * 2, np.inf], np.float32)
+        self.single_observation_space = gym.spaces.Box(-high, high, dtype=np.float32)
+        self.single_action_space = gym.spaces.Discrete(2)
+        super().__init__(num_envs, max_episode_steps)
+
+    def initial_state(self, xp, uniform, n):
+        return uniform(-0.05, 0.05, (4, n))
+
+    def dynamics(self, xp, state, actions):
+        x, x_dot, theta, theta_dot = state[0], state[1], state[2], state[3]
+        force = (xp.cast(actions, xp.float64) * 2.0 - 1.0) * self.force_mag  # sign(action - 0.5) * force_mag
+        costheta, sintheta = xp.cos(theta), xp.sin(theta)
+        temp = (force + self.polemass_length * xp.square(theta_dot) * sintheta) / self.total_mass
+        thetaacc = (self.gravity * sintheta - costheta * temp) / (
+            self.length * (4.0 / 3.0 - self.masspole * xp.square(costheta) / self.total_mass))
+        xacc = temp - self.polemass_length * thetaacc * costheta / self.total_mass
+        x, x_dot = x + self.tau * x_dot, x_dot + self.tau * xacc
+        theta, theta_dot = theta + self.tau * theta_dot, theta_dot + self.tau * thetaacc
+        terminated = (x < -self.x_threshold) | (x > self.x_threshold) | (theta < -self.theta_threshold) | (
+            theta > self.theta_threshold)
+        return xp.stack([x, x_dot, theta, theta_dot]), xp.zeros_like(x) + 1.0, terminated
+
+    def observe(self, xp, state):
+        return xp.cast(xp.stack([state[0], state[1], state[2], state[3]], 1), xp.float32)
+
+
+GRAPH_ENVS = {"Pendulum-v1": GraphPendulum, "CartPole-v1": GraphCartPole, "CartPole-v0": GraphCartPole}

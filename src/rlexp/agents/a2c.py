@@ -30,6 +30,7 @@ class A2C(OnPolicyAgent):
     """
 
     action_spaces = ("discrete", "continuous")
+    graph_env_rollouts = True  # rollouts are most of A2C's work: stepping a graph env in the graph pays
 
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 5, lam: float = 1.0,
                  entropy_coef: float = 0.01, value_loss_coef: float = 0.5, grad_norm: float | None = 0.5,

@@ -301,18 +301,6 @@ class DDPG(Agent):
         n = tf.cast(tf.maximum(groups * self.policy_delay, 1), tf.float32)
         return {"critic_loss": critic_loss / n, "actor_loss": actor_loss / n, "obs": obs}
 
-    def _call_graph(self, fn, count: int) -> dict[str, float]:
-        """fn(obs, count), a graph loop over the envs; with `steps_in_graph` its final observations become
-        `self._obs` (otherwise the Python env step set it)."""
-        if self.steps_in_graph:
-            self.graph_steps_begin(max(self.STEPS_PER_CALL // self.n_envs, self.train_freq))
-        metrics = fn(tf.convert_to_tensor(self._obs), tf.constant(count))
-        obs = metrics.pop("obs")
-        if self.steps_in_graph:
-            self.graph_steps_end()
-            self._obs = obs.numpy()
-        return {k: float(v) for k, v in metrics.items()}
-
     def _replay_to_graph(self) -> None:
         """With `steps_in_graph`, move a NumPy `ReplayBuffer` into TF variables (once the random warm-up,
         stepped in Python at 26 µs a step against 66 µs in a graph, has filled it)."""
@@ -345,4 +333,5 @@ class DDPG(Agent):
                 train_fn, count = self._groups_fn, cycles // self.policy_delay
             elif lag:  # realign after a resume between two actor steps
                 count = min(cycles, lag)
-        return self._call_graph(train_fn, count)
+        return {k: float(v) for k, v in self.call_graph_loop(
+            train_fn, tf.constant(count), max_steps=max(self.STEPS_PER_CALL // self.n_envs, self.train_freq)).items()}
