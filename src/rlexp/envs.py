@@ -63,9 +63,9 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     Episodes restart automatically in the same step (`info["final_obs"]` holds the last observation).
     `vectorization`: sync (env copies stepped in this process), async (one worker process per env),
     vector (one NumPy-batched env, where gymnasium has one: CartPole), graph (one batched env that also
-    steps inside TF graphs, where rlexp has one: Pendulum; `rlexp.graph_envs`) or auto (graph where it
-    exists, then vector where it exists and pays, from `VECTOR_MIN_ENVS` envs; else sync). With `render_mode`
-    vector and graph fall back to sync.
+    steps inside TF graphs, where rlexp has one: Pendulum, CartPole; `rlexp.graph_envs`) or auto (graph,
+    else vector, where they exist and pay: CartPole from `VECTOR_MIN_ENVS` envs, Pendulum always; else
+    sync). With `render_mode` vector and graph fall back to sync.
     `preprocess` applies Atari preprocessing (noop reset, max-and-skip, grayscale, resize, frame stack).
     """
     if n_envs < 1:
@@ -73,11 +73,11 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     if vectorization not in ("auto", "sync", "async", "vector", "graph"):
         raise UserError(f"env.vectorization={vectorization!r} must be 'auto', 'sync', 'async', 'vector' or 'graph'")
     if vectorization == "auto":
-        if env_id in GRAPH_ENVS and not (preprocess or kwargs) and (n_envs >= VECTOR_MIN_ENVS or env_id not in NUMPY_VECTOR_ENVS):
+        pays = n_envs >= VECTOR_MIN_ENVS and not (preprocess or kwargs)
+        if env_id in GRAPH_ENVS and (pays or env_id not in NUMPY_VECTOR_ENVS and not (preprocess or kwargs)):
             vectorization = "graph"
         else:
-            batched = env_id in NUMPY_VECTOR_ENVS and n_envs >= VECTOR_MIN_ENVS and not (preprocess or kwargs)
-            vectorization = "vector" if batched else "sync"
+            vectorization = "vector" if env_id in NUMPY_VECTOR_ENVS and pays else "sync"
     if vectorization in ("vector", "graph"):
         batched_envs, kind = (NUMPY_VECTOR_ENVS, "NumPy-batched") if vectorization == "vector" else (GRAPH_ENVS, "graph")
         if env_id not in batched_envs or preprocess or kwargs:
