@@ -79,7 +79,8 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
         else:
             vectorization = "vector" if env_id in NUMPY_VECTOR_ENVS and pays else "sync"
     if vectorization in ("vector", "graph"):
-        batched_envs, kind = (NUMPY_VECTOR_ENVS, "NumPy-batched") if vectorization == "vector" else (GRAPH_ENVS, "graph")
+        batched_envs, kind = {"vector": (NUMPY_VECTOR_ENVS, "NumPy-batched"),
+                              "graph": (GRAPH_ENVS, "graph")}[vectorization]
         if env_id not in batched_envs or preprocess or kwargs:
             raise UserError(f"env.vectorization={vectorization}: there is no {kind} {env_id} (with these options); "
                             f"use env.vectorization=sync ({kind}: {', '.join(batched_envs)})")

@@ -299,7 +299,8 @@ class Agent:
             self._graph_log = tf.Variable(tf.zeros((max_steps, 2, self.n_envs), tf.float64))  # rewards, dones
             self._graph_log_rows = tf.Variable(0)
         if max_steps > self._graph_log.shape[0]:
-            raise ValueError(f"{max_steps} env steps per graph call, more than the first call's {self._graph_log.shape[0]}")
+            raise ValueError(f"{max_steps} env steps per graph call, more than the log's "
+                             f"{self._graph_log.shape[0]} rows (sized by the first call)")
         self._graph_log_rows.assign(0)
         self.envs.to_graph()
 
