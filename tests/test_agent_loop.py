@@ -74,10 +74,12 @@ def test_no_retracing_after_the_first_iteration():
     agents = [
         PPO(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, n_steps=8, mini_batches=1, lr_schedule="linear"),
         A2C(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, lr_schedule="linear"),
+        A2C(make_envs("CartPole-v1", n_envs=4, seed=0), seed=0, lr_schedule="linear"),  # a graph env, graph rollouts
         DQN(make_envs("CartPole-v1", n_envs=1, seed=0), buffer=ReplayBuffer(1000, 50, 16), seed=0, train_freq=8,
             epsilon_decay_steps=200),
         TD3(make_envs("Pendulum-v1", n_envs=1, seed=0), buffer=ReplayBuffer(1000, 50, 16), seed=0),
     ]
+    assert agents[2].steps_in_graph and agents[4].steps_in_graph
     for agent in agents:
         agent.max_steps = 10_000
         for _ in range(12):  # DQN/TD3 step randomly until their buffer is ready, then train
