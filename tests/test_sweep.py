@@ -202,9 +202,11 @@ def test_slurm_launcher_composes_and_writes_its_job_script(tmp_path):
 def test_two_sweepers_share_a_postgresql_study(tmp_path):
     url = os.environ["RLEXP_TEST_POSTGRES"]
     study = f"pg_{os.getpid()}_{int(time.time())}"
+    # the shared study is what this tests: with the median pruner, a trial compared with the other sweeper's
+    # trials can be pruned (one was, in CI on 2026-11-22)
     args = [sys.executable, "-m", "rlexp", "-m", *TINY, "run.max_steps=1024", "agent.lr=tag(log,interval(1e-4,1e-2))",
             "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1", f"hydra.sweeper.storage={url}",
-            f"hydra.sweeper.study_name={study}"]
+            f"hydra.sweeper.study_name={study}", "hydra.sweeper.pruner=none"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
