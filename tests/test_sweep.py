@@ -152,16 +152,20 @@ def test_killed_sweep_is_continued_and_its_running_trial_marked_failed(tmp_path)
     proc = subprocess.Popen([sys.executable, "-m", "rlexp", *args, "run.max_steps=1e6"], cwd=tmp_path, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
-    deadline = time.time() + 120
+    deadline = time.time() + 300  # ~40 s alone; it once took over 120 s in CI
+    states = "no study yet"
     while time.time() < deadline:
         try:
-            if any(t.state == TrialState.RUNNING and t.intermediate_values for t in trials(tmp_path)):
+            found = trials(tmp_path)
+            states = [(t.state.name, len(t.intermediate_values)) for t in found]
+            if any(t.state == TrialState.RUNNING and t.intermediate_values for t in found):
                 break
         except Exception:  # noqa: BLE001 - the study does not exist yet
             pass
         time.sleep(1)
     else:
-        pytest.fail("the first trial never started")
+        os.killpg(proc.pid, signal.SIGKILL)
+        pytest.fail(f"the first trial never reported (trials: {states})")
     os.killpg(proc.pid, signal.SIGKILL)  # the sweeper and its trial, at once
     proc.wait()
     time.sleep(4)  # past the grace period
