@@ -27,6 +27,17 @@ def test_no_mirror_for_conv_models():
     assert NumpyModel.mirror(model) is None
 
 
+def collect_and_check_against_the_policy(agent, rtol, atol, log_prob_atol):
+    """One rollout as NumPy arrays; its values and log probs must be the TF policy's for its obs and actions."""
+    batch = {k: v.numpy() for k, v in agent.collect().items()}
+    rows = batch["values"].size
+    out, values = agent.forward(tf.constant(batch["obs"].reshape(rows, -1)))
+    log_probs, _ = agent.log_prob_entropy(out, tf.constant(batch["actions"].reshape(rows, *batch["actions"].shape[2:])))
+    np.testing.assert_allclose(batch["values"].reshape(rows), values.numpy(), rtol=rtol, atol=atol)
+    np.testing.assert_allclose(batch["log_probs"].reshape(rows), log_probs.numpy(), rtol=rtol, atol=log_prob_atol)
+    return batch
+
+
 @pytest.mark.parametrize("agent_cls,env_id,kwargs", [
     (PPO, "CartPole-v1", {}), (A2C, "Pendulum-v1", {}), (TRPO, "CartPole-v1", {}),
     (PPO, "Pendulum-v1", {"state_dependent_std": True})])
@@ -35,12 +46,7 @@ def test_numpy_rollout_matches_the_tf_policy(agent_cls, env_id, kwargs):
     agent = agent_cls(envs, seed=0, n_steps=10, mini_batches=1, **kwargs) if agent_cls is not A2C else \
         agent_cls(envs, seed=0, n_steps=10, **kwargs)
     assert agent._use_numpy_rollout()
-    batch = {k: v.numpy() for k, v in agent.collect().items()}
-    obs = batch["obs"].reshape(30, -1)
-    out, values = agent.forward(tf.constant(obs))
-    log_probs, _ = agent.log_prob_entropy(out, tf.constant(batch["actions"].reshape(30, *batch["actions"].shape[2:])))
-    np.testing.assert_allclose(batch["values"].reshape(30), values.numpy(), rtol=1e-4, atol=1e-5)
-    np.testing.assert_allclose(batch["log_probs"].reshape(30), log_probs.numpy(), rtol=1e-4, atol=1e-4)
+    batch = collect_and_check_against_the_policy(agent, rtol=1e-4, atol=1e-5, log_prob_atol=1e-4)
     np.testing.assert_allclose(batch["last_values"], agent.value(tf.constant(batch["last_obs"])).numpy(), rtol=1e-4,
                                atol=1e-5)
     assert batch["dones"].sum() > 0 and agent.steps == 30
@@ -51,12 +57,7 @@ def test_a2c_rolls_out_a_graph_env_in_the_graph(env_id):
     envs = make_envs(env_id, n_envs=4, seed=0, max_episode_steps=7)
     agent = A2C(envs, seed=0, n_steps=10)
     assert agent.steps_in_graph and not agent._use_numpy_rollout()
-    batch = {k: v.numpy() for k, v in agent.collect().items()}
-    obs = batch["obs"].reshape(40, -1)
-    out, values = agent.forward(tf.constant(obs))
-    log_probs, _ = agent.log_prob_entropy(out, tf.constant(batch["actions"].reshape(40, *batch["actions"].shape[2:])))
-    np.testing.assert_allclose(batch["values"].reshape(40), values.numpy(), rtol=1e-5, atol=1e-6)
-    np.testing.assert_allclose(batch["log_probs"].reshape(40), log_probs.numpy(), rtol=1e-5, atol=1e-5)
+    batch = collect_and_check_against_the_policy(agent, rtol=1e-5, atol=1e-6, log_prob_atol=1e-5)
     np.testing.assert_array_equal(batch["last_obs"], agent._obs)  # the graph's final obs came back
     assert agent.steps == 40 and (batch["dones"][6] == 1).all()  # every episode is truncated after 7 steps
     ends = [step for step, _ in agent._finished]
