@@ -1,8 +1,12 @@
 """The real configs compose; tuned presets are picked up per agent+env pair."""
+import gc
+
 import pytest
 from hydra import compose, initialize_config_module
+from omegaconf import OmegaConf
 
-from rlexp.main import agent_class, thread_counts
+from rlexp import main as main_module
+from rlexp.main import agent_class, startup_done, thread_counts
 from rlexp.errors import UserError
 
 
@@ -105,3 +109,18 @@ def test_thread_counts_auto_and_explicit():
     for bad in ("many", -1, 1.5):
         with pytest.raises(UserError, match="run.tf_threads"):
             thread_counts({"tf_threads": bad}, image_obs=False)
+
+
+def test_startup_runs_without_the_cyclic_gc_then_the_run_with_startup_objects_frozen(monkeypatch):
+    seen = {}
+
+    def mode(cfg):
+        seen["startup"] = gc.isenabled()
+        startup_done()  # what train/play/eval call once the agent is built
+        seen["run"] = (gc.isenabled(), gc.get_freeze_count() > 0)
+        return 1.5
+
+    monkeypatch.setitem(main_module.MODES, "train", mode)
+    assert main_module.main(OmegaConf.create({"mode": "train"})) == 1.5
+    assert seen == {"startup": False, "run": (True, True)}
+    assert gc.isenabled() and gc.get_freeze_count() == 0  # a sweep's next trial starts afresh

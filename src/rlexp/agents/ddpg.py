@@ -57,9 +57,12 @@ class DDPG(Agent):
         if space_kind(space) == "continuous" and not (np.all(np.isfinite(low)) and np.all(np.isfinite(high))):
             raise UserError(f"{type(self).__name__} needs a bounded action space, got {space}")
         self.action_low, self.action_high, self._half_range = low, high, 0.5 * (high - low)
-        # two row blocks let TF's two inter-op threads (run.tf_inter_threads=auto) share the sequential
-        # actor step: TD3 Pendulum's update 2.69 -> 2.40 ms alone, 4.29 -> 4.06 ms per env step in the loop
-        self.batch_parts = 2 if tf.config.threading.get_inter_op_parallelism_threads() >= 2 else 1
+        # With one critic, two row blocks let TF's two inter-op threads (run.tf_inter_threads=auto) share
+        # its single chain of matmuls (DDPG Pendulum 2.33 vs 2.58 ms per env step). Two critics are two
+        # chains already; TD3 ran 4% slower in row blocks (2.43 vs 2.34 ms): the blocks' same-shaped
+        # matmuls side by side slowed each other down (128-row dX 800+ us against 150 us alone).
+        two_threads = tf.config.threading.get_inter_op_parallelism_threads() >= 2
+        self.batch_parts = 2 if two_threads and self.n_critics < 2 else 1
         super().__init__(envs, model, buffer, lr=lr, jit_compile=jit_compile, **kwargs)
         if self.gradient_steps == -1:
             self.gradient_steps = self.train_freq * self.n_envs
@@ -121,17 +124,10 @@ class DDPG(Agent):
     def policy(self, obs):
         return self.to_env(self.unit_action(obs))
 
-    @property
-    def critics_in_row_blocks(self) -> bool:
-        """Whether the critic step runs its critics in row blocks: only a single critic; two or more are
-        parallel chains already and run whole (half the small ops; TD3 Pendulum 2.66-2.82 vs 2.77-2.95 ms
-        per env step)."""
-        return self.n_critics < 2
-
     @no_autograph
-    def q(self, critic, obs: tf.Tensor, actions: tf.Tensor, row_blocks: bool = True) -> tf.Tensor:
+    def q(self, critic, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
         x = tf.concat([tf.cast(obs, tf.float32), actions], axis=-1)
-        return (self.in_row_blocks(critic, x) if row_blocks else critic(x))[:, 0]
+        return self.in_row_blocks(critic, x)[:, 0]
 
     # ----- learning ---------------------------------------------------------------------------------
     @no_autograph
@@ -145,9 +141,8 @@ class DDPG(Agent):
         """One gradient step of the critic(s) towards `critic_targets`; counts the update."""
         targets = tf.stop_gradient(self.critic_targets(rewards, next_obs, terminated))
         critic_vars = self.trainable_variables("critic")
-        blocks = self.critics_in_row_blocks
         with tf.GradientTape() as tape:
-            critic_loss = tf.add_n([tf.reduce_mean(tf.square(self.q(c, obs, actions, blocks) - targets))
+            critic_loss = tf.add_n([tf.reduce_mean(tf.square(self.q(c, obs, actions) - targets))
                                     for c in self.critics])
         self.critic_optimizer.apply_gradients(zip(tape.gradient(critic_loss, critic_vars), critic_vars))
         self.updates.assign_add(1)

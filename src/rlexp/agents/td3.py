@@ -37,5 +37,5 @@ class TD3(DDPG):
         target_actions = self.unit_action(next_obs, self.target_actor)
         noise = self.policy_noise_coef * self.tf_rng.normal(tf.shape(target_actions))
         next_actions = smoothed_target_actions(target_actions, noise, self.noise_clip)
-        next_q = [self.q(c, next_obs, next_actions, self.critics_in_row_blocks) for c in self.target_critics]
+        next_q = [self.q(c, next_obs, next_actions) for c in self.target_critics]
         return rewards + self.gamma * (1.0 - terminated) * tf.reduce_min(tf.stack(next_q), axis=0)
