@@ -2,13 +2,15 @@
 
 Usage: python benchmarks/speed.py --sb3-python /path/to/sb3-venv/bin/python [--reps 3] [CASE ...]
 rlexp runs through the normal CLI with RL Zoo's hyperparameters (the tuned presets); SB3 runs
-../shared/bench/sb3_cases.py. Prints one JSON line per run and a Markdown table of medians.
+../shared/bench/sb3_cases.py. Prints one JSON line per run and a Markdown table of medians, and appends
+the table (command, date, machine, per-seed times) to benchmarks/RESULTS.md (`--results ''`: print only).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import platform
 import re
 import statistics
 import subprocess
@@ -63,12 +65,63 @@ def run_sb3(python: str, case: str, seed: int) -> dict:
                 eval_mean=row["eval_mean"], eval_std=row["eval_std"], wall_s=round(wall, 2), peak_rss_mb=round(rss))
 
 
+def table(rows: list[dict], cases: list[str]) -> str:
+    """Markdown table of medians per case and tool, the ratio SB3 time / rlexp time, then per-seed lines."""
+    lines = ["| case | tool | train s (median) | steps/s | peak RSS MB | eval mean (median) | wall s (median) "
+             "| SB3 time / rlexp time |", "|---|---|---|---|---|---|---|---|"]
+    per_seed = []
+    for case in cases:
+        med = {tool: [r for r in rows if r["case"] == case and r["tool"] == tool] for tool in ("rlexp", "sb3")}
+        secs = {tool: statistics.median(r["seconds"] for r in rs) for tool, rs in med.items() if rs}
+        for tool, rs in med.items():
+            if not rs:
+                continue
+            ratio = f"{secs['sb3'] / secs['rlexp']:.2f}x" if tool == "rlexp" and "sb3" in secs else ""
+            lines.append(f"| {case} | {tool} | {secs[tool]:.1f} | {rs[0]['steps'] / secs[tool]:,.0f} | "
+                         f"{statistics.median(r['peak_rss_mb'] for r in rs):,.0f} | "
+                         f"{statistics.median(r['eval_mean'] for r in rs):.1f} | "
+                         f"{statistics.median(r['wall_s'] for r in rs):.1f} | {ratio} |")
+            per_seed.append(f"- {case}, {tool}: train s " + " / ".join(f"{r['seconds']:g}" for r in rs)
+                            + "; eval " + " / ".join(f"{r['eval_mean']:g}" for r in rs))
+    return "\n".join(lines + [""] + per_seed)
+
+
+def machine() -> str:
+    """CPU model, cores, memory, Python and TensorFlow versions."""
+    from importlib.metadata import version
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        memory = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
+        cpu += f", {memory / 2**20:.0f} GiB"
+    except (OSError, StopIteration):
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu}, {cores} cores; Python {platform.python_version()}, TensorFlow {version('tensorflow')}"
+
+
+def append_results(path: Path, started: str, text: str) -> None:
+    """Append a dated section with the command and the machine to the results file."""
+    command = " ".join(["python", "benchmarks/speed.py", *sys.argv[1:]])
+    with open(path, "a") as f:
+        f.write(f"\n### speed.py run, {started} UTC (appended by benchmarks/speed.py)\n"
+                f"Command: `{command}`. Machine: {machine()}. rlexp and SB3 alternate per seed; medians.\n\n"
+                f"{text}\n")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("cases", nargs="*", default=list(CASES))
     parser.add_argument("--sb3-python", required=False)
     parser.add_argument("--reps", type=int, default=3)
+    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"),
+                        help="append the table to this file ('': print only)")
     opts = parser.parse_args()
+    unknown = [c for c in opts.cases if c not in CASES]
+    if unknown:
+        parser.error(f"unknown case {', '.join(unknown)}; choose from {', '.join(CASES)}")
+    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
     rows = []
     for case in opts.cases:
         for rep in range(opts.reps):
@@ -77,20 +130,10 @@ def main() -> None:
             if opts.sb3_python:
                 rows.append(run_sb3(opts.sb3_python, case, rep))
                 print(json.dumps(rows[-1]), flush=True)
-    print("\n| case | tool | train s (median) | steps/s | peak RSS MB | eval mean (median) | wall s (median) "
-          "| SB3 time / rlexp time |")
-    print("|---|---|---|---|---|---|---|---|")
-    for case in opts.cases:
-        med = {tool: [r for r in rows if r["case"] == case and r["tool"] == tool] for tool in ("rlexp", "sb3")}
-        secs = {tool: statistics.median(r["seconds"] for r in rs) for tool, rs in med.items() if rs}
-        for tool, rs in med.items():
-            if not rs:
-                continue
-            ratio = f"{secs['sb3'] / secs['rlexp']:.2f}x" if tool == "rlexp" and "sb3" in secs else ""
-            print(f"| {case} | {tool} | {secs[tool]:.1f} | {rs[0]['steps'] / secs[tool]:,.0f} | "
-                  f"{statistics.median(r['peak_rss_mb'] for r in rs):,.0f} | "
-                  f"{statistics.median(r['eval_mean'] for r in rs):.1f} | "
-                  f"{statistics.median(r['wall_s'] for r in rs):.1f} | {ratio} |")
+    text = table(rows, opts.cases)
+    print("\n" + text)
+    if opts.results:
+        append_results(Path(opts.results), started, text)
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ import tensorflow as tf
 
 from rlexp.agents import base
 from rlexp.agents.base import compute_gae
-from rlexp.agents.dqn import q_targets
+from rlexp.agents.dqn import huber, q_targets
 
 
 def gae_reference(rewards, values, dones, last_values, gamma, lam):
@@ -59,6 +59,29 @@ def test_double_dqn_targets_use_online_argmax():
     next_q_online = np.array([[9.0, 0.0], [0.0, 9.0]], np.float32)  # picks action 0, then action 1
     t = q_targets(rewards, terminated, next_q_target, 1.0, next_q_online).numpy()
     np.testing.assert_allclose(t, [1.0, 4.0])
+
+
+def test_huber_is_keras_huber_bit_for_bit():
+    errors = np.array([-3.0, -1.0, -0.7, 0.0, 0.3, 1.0, 1.0001, 2.5], np.float32)
+    keras_loss = tf.keras.losses.huber(np.zeros((8, 1), np.float32), errors[:, None]).numpy()
+    np.testing.assert_array_equal(huber(tf.constant(errors)).numpy(), keras_loss)
+    np.testing.assert_allclose(keras_loss, [2.5, 0.5, 0.245, 0.0, 0.045, 0.5, 0.5001, 2.0], rtol=1e-6)
+
+
+def test_dqn_loss_picks_the_taken_actions_q_values():
+    from rlexp.agents.dqn import DQN
+    from rlexp.buffers import ReplayBuffer
+    from rlexp.envs import make_envs
+
+    agent = DQN(make_envs("CartPole-v1", n_envs=1, seed=0), buffer=ReplayBuffer(100, 8, 8), seed=0)
+    rng = np.random.default_rng(0)
+    obs, next_obs = (rng.normal(size=(8, 4)).astype(np.float32) for _ in range(2))
+    actions = rng.integers(0, 2, 8)
+    rewards, terminated = np.ones(8, np.float32), (rng.random(8) < 0.3).astype(np.float32)
+    targets = q_targets(rewards, terminated, agent.target(next_obs), agent.gamma)
+    q = tf.gather(agent.model(obs), actions, batch_dims=1)  # the reference: gather, then Keras's Huber
+    expected = tf.reduce_mean(tf.keras.losses.huber(targets[:, None], q[:, None]))
+    assert agent.loss(obs, actions, rewards, next_obs, terminated).numpy() == expected.numpy()
 
 
 def test_gae_unrolled_equals_scan_bit_for_bit(monkeypatch):
