@@ -104,7 +104,11 @@ def machine() -> str:
 def append_results(path: Path, started: str, text: str) -> None:
     """Append a dated section with the command and the machine to the results file."""
     command = " ".join(["python", "benchmarks/speed.py", *sys.argv[1:]])
-    with open(path, "a") as f:
+    heading = "## Runs appended by benchmarks/speed.py"
+    with open(path, "a+") as f:
+        f.seek(0)
+        if heading not in f.read():
+            f.write(f"\n{heading}\n")
         f.write(f"\n### speed.py run, {started} UTC (appended by benchmarks/speed.py)\n"
                 f"Command: `{command}`. Machine: {machine()}. rlexp and SB3 alternate per seed; medians.\n\n"
                 f"{text}\n")
