@@ -59,8 +59,8 @@ class DDPG(Agent):
         self.action_low, self.action_high, self._half_range = low, high, 0.5 * (high - low)
         # With one critic, two row blocks let TF's two inter-op threads (run.tf_inter_threads=auto) share
         # its single chain of matmuls (DDPG Pendulum 2.33 vs 2.58 ms per env step). Two critics are two
-        # chains already; TD3 ran 4% slower in row blocks (2.43 vs 2.34 ms): the blocks' same-shaped
-        # matmuls side by side slowed each other down (128-row dX 800+ us against 150 us alone).
+        # chains already; TD3 ran 4% slower in row blocks (2.43 vs 2.34 ms), its 128-row dX matmuls taking
+        # 800+ us in the loop against 150 us alone.
         two_threads = tf.config.threading.get_inter_op_parallelism_threads() >= 2
         self.batch_parts = 2 if two_threads and self.n_critics < 2 else 1
         super().__init__(envs, model, buffer, lr=lr, jit_compile=jit_compile, **kwargs)
