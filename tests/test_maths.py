@@ -5,7 +5,9 @@ import tensorflow as tf
 
 from rlexp.agents import base
 from rlexp.agents.base import compute_gae
-from rlexp.agents.dqn import huber, q_targets
+from rlexp.agents.dqn import DQN, huber, q_targets
+from rlexp.buffers import ReplayBuffer
+from rlexp.envs import make_envs
 
 
 def gae_reference(rewards, values, dones, last_values, gamma, lam):
@@ -69,10 +71,6 @@ def test_huber_is_keras_huber_bit_for_bit():
 
 
 def test_dqn_loss_picks_the_taken_actions_q_values():
-    from rlexp.agents.dqn import DQN
-    from rlexp.buffers import ReplayBuffer
-    from rlexp.envs import make_envs
-
     agent = DQN(make_envs("CartPole-v1", n_envs=1, seed=0), buffer=ReplayBuffer(100, 8, 8), seed=0)
     rng = np.random.default_rng(0)
     obs, next_obs = (rng.normal(size=(8, 4)).astype(np.float32) for _ in range(2))
