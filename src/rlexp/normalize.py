@@ -51,6 +51,12 @@ class Normalizer:
         self.returns = self.returns * self.gamma + rewards
         self.return_rms.update(self.returns)
         self.returns[dones] = 0.0
+        return self.scale_reward(rewards)
+
+    def scale_reward(self, rewards: np.ndarray) -> np.ndarray:
+        """Rewards divided by the current std of the discounted return, clipped (statistics unchanged)."""
+        if not self.normalize_reward:
+            return rewards
         return np.clip(rewards / np.sqrt(self.return_rms.var + self.epsilon), -self.clip, self.clip).astype(np.float32)
 
     def state_dict(self) -> dict[str, np.ndarray]:

@@ -10,7 +10,9 @@ from rlexp.agents.distributions import no_autograph
 @no_autograph
 def a2c_loss(log_probs: tf.Tensor, entropy: tf.Tensor, values: tf.Tensor, advantages: tf.Tensor,
              returns: tf.Tensor, entropy_coef: float, value_loss_coef: float) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-    """Policy gradient -mean(log pi(a|s) A) + value_loss_coef * mean((R - V)^2) / 2 - entropy_coef * H."""
+    """Policy gradient -mean(log pi(a|s) A) + value_loss_coef * mean((R - V)^2) / 2 - entropy_coef * H.
+
+    The value term is half the MSE: SB3's `vf_coef` c (plain MSE) is value_loss_coef 2c."""
     policy_loss = -tf.reduce_mean(log_probs * tf.stop_gradient(advantages))
     value_loss = 0.5 * tf.reduce_mean(tf.square(returns - values))
     entropy = tf.reduce_mean(entropy)
@@ -26,7 +28,8 @@ class A2C(OnPolicyAgent):
         entropy_coef, value_loss_coef: loss weights.
         grad_norm: global gradient-norm clip (None: off).
         normalize_advantage: standardise advantages per rollout.
-        optimizer, opt_epsilon: RMSprop with epsilon 1e-5 by default, as in the A2C paper and SB3.
+        optimizer, opt_epsilon: RMSprop, as in the A2C paper and SB3; Keras adds epsilon inside the square
+            root, so 1e-10 here is SB3's 1e-5 outside it.
     """
 
     action_spaces = ("discrete", "continuous")
@@ -34,7 +37,7 @@ class A2C(OnPolicyAgent):
 
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 5, lam: float = 1.0,
                  entropy_coef: float = 0.01, value_loss_coef: float = 0.5, grad_norm: float | None = 0.5,
-                 normalize_advantage: bool = False, optimizer: str = "rmsprop", opt_epsilon: float = 1e-5,
+                 normalize_advantage: bool = False, optimizer: str = "rmsprop", opt_epsilon: float = 1e-10,
                  **kwargs) -> None:
         self.lam = float(lam)
         self.entropy_coef, self.value_loss_coef = float(entropy_coef), float(value_loss_coef)

@@ -113,6 +113,15 @@ class Agent:
                  display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
                  normalize_obs: bool = False, normalize_reward: bool = False,
                  bootstrap_truncation: bool = True, jit_compile: bool = False) -> None:
+        autoreset = getattr(envs, "metadata", {}).get("autoreset_mode", gym.vector.AutoresetMode.SAME_STEP)
+        if autoreset != gym.vector.AutoresetMode.SAME_STEP:
+            raise UserError(f"rlexp needs vector envs that reset in the step an episode ends: build them with "
+                            f"rlexp.envs.make_envs, or gym.make_vec(..., vector_kwargs={{'autoreset_mode': "
+                            f"gym.vector.AutoresetMode.SAME_STEP}}) (got {autoreset})")
+        if seed is not None:  # Keras initialisers, Python's and NumPy's global generators: the same weights
+            import keras
+
+            keras.utils.set_random_seed(int(seed))
         self.envs = envs
         self.n_envs = envs.num_envs
         self.observation_space = envs.single_observation_space
@@ -252,13 +261,24 @@ class Agent:
     def _reset_envs(self, seed: int | None) -> np.ndarray:
         obs, _ = self.envs.reset(seed=seed)
         self._episode_returns[:] = 0
+        self._raw_obs = obs
         return self.normalizer.obs(obs, update=True).astype(self.obs_dtype, copy=False)
+
+    def resume_seed(self) -> int | None:
+        """The env seed for a run resumed at `self.steps`: derived from the run's seed and the step, so the
+        episodes after a resume are new ones, not a replay of the run's first episodes."""
+        if self.seed is None:
+            return None
+        return int(np.random.SeedSequence([int(self.seed), self.steps]).generate_state(1)[0])
 
     def env_step(self, actions: np.ndarray) -> tuple[np.ndarray, ...]:
         """Step all envs; track episodes. Returns obs, rewards, terminated, truncated, next_obs.
 
         `next_obs` is the observation each transition led to (the final one at episode ends, whereas
-        `obs` is already the first observation of the next episode there).
+        `obs` is already the first observation of the next episode there). Observations and rewards are
+        normalised (with `normalize_obs` / `normalize_reward`); `raw_transition` keeps this step's
+        (rewards, next_obs) as the env gave them (rewards sign-clipped with `clip_rewards`) and `_raw_obs`
+        the raw `obs`, for replay buffers, which store raw data (see `store_step`).
         """
         env_actions = actions
         if self.action_kind == "continuous":
@@ -275,6 +295,7 @@ class Agent:
                 self._finished.append((self.steps + int(i) + 1, float(self._episode_returns[i])))
                 self._episode_returns[i] = 0.0
         self.steps += self.n_envs
+        self._raw_obs, self.raw_transition = obs, (np.sign(rewards) if self.clip_rewards else rewards, next_obs)
         same = next_obs is obs
         obs = self.normalizer.obs(obs, update=True).astype(self.obs_dtype, copy=False)
         next_obs = obs if same else self.normalizer.obs(next_obs).astype(self.obs_dtype, copy=False)
@@ -285,6 +306,26 @@ class Agent:
         if not self.bootstrap_truncation:
             terminated, truncated = dones, np.zeros_like(truncated)
         return obs, rewards.astype(np.float32), terminated, truncated, next_obs
+
+    def store_step(self, env_actions: np.ndarray, stored_actions: np.ndarray) -> np.ndarray:
+        """`env_step`, then the transition into the replay buffer as the env gave it (raw observations and
+        rewards: `normalize_batch` normalises samples with the statistics current at sampling time, as SB3
+        does); returns the (normalised) observations to act on next."""
+        raw_obs = self._raw_obs
+        obs, _, terminated, truncated, _ = self.env_step(env_actions)
+        rewards, next_obs = self.raw_transition
+        self.buffer.add(raw_obs, stored_actions, rewards, next_obs, terminated, terminated | truncated)
+        return obs
+
+    def normalize_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
+        """A replay sample (raw) normalised with the current statistics: observations, and rewards scaled
+        by the discounted return's std (not with `clip_rewards`, whose signs are stored already)."""
+        normalizer = self.normalizer
+        if normalizer.normalize_obs:
+            batch = batch | {k: normalizer.obs(batch[k]) for k in ("obs", "next_obs")}
+        if normalizer.normalize_reward and not self.clip_rewards:
+            batch = batch | {"rewards": normalizer.scale_reward(batch["rewards"])}
+        return batch
 
     # ----- stepping a GraphVectorEnv inside a graph -------------------------------------------------
     @property
@@ -599,6 +640,9 @@ class Agent:
         if rows:
             self.history.replace(rows)
             self.history._flushed = -1
+        # new episodes from a reset: normalised with the loaded statistics, seeded from the run's seed and step
+        self._obs = self._reset_envs(self.resume_seed())
+        self.normalizer.returns[:] = 0.0
         return state
 
     def trainable_variables(self, optimizer_name: str) -> list[tf.Variable]:
@@ -941,24 +985,45 @@ class OnPolicyAgent(Agent):
             self._train_fn = tf.function(self._fused_iterations)
         rollout = self.n_steps * self.n_envs
         cycles = max(1, min(self.updates_per_call, -(-(self.max_steps - self.steps) // rollout)))
-        lrs = np.zeros(self.updates_per_call, np.float32)  # fixed length: no retrace for the last, shorter call
-        lrs[:cycles] = [self.current_lr(self.steps + k * rollout) for k in range(cycles)]
-        metrics = self.call_graph_loop(self._train_fn, tf.constant(cycles), tf.constant(lrs),
+        scheduled = self.schedule_variables()
+        # fixed length: no retrace for the last, shorter call
+        lrs = np.zeros(self.updates_per_call, np.float32)
+        values = np.zeros((self.updates_per_call, len(scheduled)), np.float32)
+        for k in range(cycles):
+            lrs[k] = self.current_lr(self.steps + k * rollout)
+            values[k] = [self.scheduled_value(name, self.steps + k * rollout) for name in scheduled]
+        metrics = self.call_graph_loop(self._train_fn, tf.constant(cycles), tf.constant(lrs), tf.constant(values),
                                        max_steps=self.updates_per_call * self.n_steps)
         return {k: float(v) for k, v in metrics.items()}
 
+    def schedule_variables(self) -> dict[str, tf.Variable]:
+        """Hyperparameters on a schedule besides the learning rate (e.g. PPO's clip range): each cycle of a
+        fused call assigns them `scheduled_value(name, steps)` at its start."""
+        return {}
+
+    def scheduled_value(self, name: str, steps: int) -> float:
+        raise NotImplementedError  # only agents with schedule_variables
+
+    def schedule_fraction(self, schedule: str, steps: int) -> float:
+        """1 for a constant schedule; for 'linear' the fraction of the run left at `steps` (RL Zoo's `lin_`)."""
+        return 1.0 if schedule == "constant" else max(1.0 - steps / max(self.max_steps, 1), 0.0)
+
     @no_autograph
-    def _fused_iterations(self, obs: tf.Tensor, cycles: tf.Tensor, lrs: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`cycles` rollout + update cycles in one graph call, cycle i with learning rate `lrs[i]`; returns
-        the mean metrics.
+    def _fused_iterations(self, obs: tf.Tensor, cycles: tf.Tensor, lrs: tf.Tensor,
+                          scheduled: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`cycles` rollout + update cycles in one graph call, cycle i with learning rate `lrs[i]` and the
+        `schedule_variables` set to `scheduled[i]`; returns the mean metrics.
 
         Written with `tf.while_loop` rather than AutoGraph: converting the loop (and the updates it calls)
         cost ~0.7 s of every run's first call."""
         rollout = self.rollout_function()
+        schedule_variables = list(self.schedule_variables().values())
 
         def cycle(i, obs, totals=None):
             for optimizer in self.optimizers().values():
                 optimizer.learning_rate.assign(lrs[i])
+            for j, variable in enumerate(schedule_variables):
+                variable.assign(scheduled[i, j])
             obs, batch = rollout(obs)
             metrics = self._update_fn(batch)
             return i + 1, obs, metrics if totals is None else {k: totals[k] + metrics[k] for k in totals}

@@ -184,12 +184,11 @@ class DDPG(Agent):
 
     # ----- the loop ---------------------------------------------------------------------------------
     def _numpy_step(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        next_obs_returned, rewards, terminated, truncated, next_obs = self.env_step(self.to_env(actions))
-        self.buffer.add(obs, actions, rewards, next_obs, terminated, terminated | truncated)
-        return next_obs_returned
+        """Step the envs from `obs` (the current observations) with [-1, 1] `actions`, store the transitions."""
+        return self.store_step(self.to_env(actions), actions)
 
     def _numpy_sample(self):
-        batch = self.buffer.sample(self.gradient_steps)
+        batch = self.normalize_batch(self.buffer.sample(self.gradient_steps))
         return [batch[k].astype(np.float32, copy=False) for k in ("obs", "actions", "rewards", "next_obs", "terminated")]
 
     def _numpy_step_and_sample(self, obs: np.ndarray, actions: np.ndarray) -> list[np.ndarray]:

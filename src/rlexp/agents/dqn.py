@@ -112,9 +112,8 @@ class DQN(Agent):
 
     # ----- collection: epsilon-greedy in the graph, env step + buffer write through numpy ---------
     def _numpy_step(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        next_obs_returned, rewards, terminated, truncated, next_obs = self.env_step(actions)
-        self.buffer.add(obs, actions, rewards, next_obs, terminated, terminated | truncated)
-        return next_obs_returned
+        """Step the envs from `obs` (the current observations), store the transitions."""
+        return self.store_step(actions, actions)
 
     @no_autograph
     def _exploration_noise(self, n_steps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
@@ -186,6 +185,6 @@ class DQN(Agent):
             if self.steps - self.last_sync >= self.target_sync_steps:
                 self._sync_fn()
                 self.last_sync = self.steps
-            batch = self.buffer.sample(self.gradient_steps)
+            batch = self.normalize_batch(self.buffer.sample(self.gradient_steps))
             metrics["loss"] = float(self._update_fn(batch))
         return metrics

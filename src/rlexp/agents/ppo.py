@@ -22,6 +22,8 @@ class PPO(OnPolicyAgent):
     Args (besides `OnPolicyAgent`'s):
         lam: GAE lambda.
         clip_norm: surrogate clipping range (epsilon).
+        clip_schedule: 'constant', or 'linear': clip_norm decays to 0 at the fit's max_steps, like RL Zoo's
+            `clip_range: lin_0.2` (set per rollout).
         ppo_epochs: passes over each rollout.
         mini_batches: minibatches per pass (rollout size n_steps * n_envs must divide evenly).
         entropy_coef, value_loss_coef: loss weights.
@@ -37,11 +39,15 @@ class PPO(OnPolicyAgent):
     lr_schedules = ("constant", "linear", "kl_adaptive")
 
     def __init__(self, envs, model=None, buffer=None, *, lam: float = 0.95, clip_norm: float = 0.1,
-                 ppo_epochs: int = 4, mini_batches: int = 4, entropy_coef: float = 0.01,
+                 clip_schedule: str = "constant", ppo_epochs: int = 4, mini_batches: int = 4, entropy_coef: float = 0.01,
                  value_loss_coef: float = 0.5, grad_norm: float | None = 0.5, advantage_epsilon: float = 1e-8,
                  value_clip: float | None = None, kl_threshold: float | None = None, kl_target: float = 0.01,
                  **kwargs) -> None:
         self.lam, self.clip_norm = float(lam), float(clip_norm)
+        if clip_schedule not in ("constant", "linear"):
+            raise UserError(f"agent.clip_schedule={clip_schedule!r} must be 'constant' or 'linear'")
+        self.clip_schedule = clip_schedule
+        self.clip_range = tf.Variable(self.clip_norm, trainable=False, name="clip_range")  # set per rollout
         self.ppo_epochs, self.mini_batches = int(ppo_epochs), int(mini_batches)
         self.entropy_coef, self.value_loss_coef = float(entropy_coef), float(value_loss_coef)
         self.grad_norm = None if grad_norm is None else float(grad_norm)
@@ -55,6 +61,12 @@ class PPO(OnPolicyAgent):
             raise UserError(f"agent.mini_batches={self.mini_batches} must divide the rollout size "
                             f"n_steps*n_envs={rollout}")
 
+    def schedule_variables(self) -> dict[str, tf.Variable]:
+        return {"clip_range": self.clip_range} if self.clip_schedule != "constant" else {}
+
+    def scheduled_value(self, name: str, steps: int) -> float:
+        return self.clip_norm * self.schedule_fraction(self.clip_schedule, steps)
+
     # ----- update ---------------------------------------------------------------------------------
     @no_autograph
     def loss(self, obs, actions, old_log_probs, advantages, returns, old_values):
@@ -63,7 +75,8 @@ class PPO(OnPolicyAgent):
         log_probs, entropy = self.log_prob_entropy(out, actions)
         mean, var = tf.nn.moments(advantages, axes=[0])
         advantages = (advantages - mean) / (tf.sqrt(var) + self.advantage_epsilon)
-        policy_loss = clipped_surrogate(log_probs, old_log_probs, advantages, self.clip_norm)
+        clip = self.clip_range if self.clip_schedule != "constant" else self.clip_norm
+        policy_loss = clipped_surrogate(log_probs, old_log_probs, advantages, clip)
         value_error = tf.square(returns - values)
         if self.value_clip is not None:
             clipped_values = old_values + tf.clip_by_value(values - old_values, -self.value_clip, self.value_clip)
