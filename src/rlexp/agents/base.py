@@ -78,7 +78,8 @@ class Agent:
         envs: a gymnasium vector env (see `rlexp.envs.make_envs`).
         model: a model preset (mapping) or preset name; None or 'auto' picks one from the observations.
         buffer: a replay buffer (off-policy agents).
-        seed: seeds numpy, TensorFlow and Keras initialisers (None: nondeterministic).
+        seed: seeds NumPy, TensorFlow, Keras's initialisers and the envs' resets, and turns on TensorFlow's
+            op determinism: same-seed runs give the same weights and history (None: nondeterministic).
         gamma: discount factor.
         lr, beta1, beta2, opt_epsilon: Adam's learning rate and parameters.
         lr_schedule: 'constant' or 'linear' (decays to 0 at the fit's max_steps).
@@ -118,10 +119,11 @@ class Agent:
             raise UserError(f"rlexp needs vector envs that reset in the step an episode ends: build them with "
                             f"rlexp.envs.make_envs, or gym.make_vec(..., vector_kwargs={{'autoreset_mode': "
                             f"gym.vector.AutoresetMode.SAME_STEP}}) (got {autoreset})")
-        if seed is not None:  # Keras initialisers, Python's and NumPy's global generators: the same weights
+        if seed is not None:  # Keras initialisers, Python's and NumPy's generators, deterministic ops (as the CLI)
             import keras
 
             keras.utils.set_random_seed(int(seed))
+            tf.config.experimental.enable_op_determinism()
         self.envs = envs
         self.n_envs = envs.num_envs
         self.observation_space = envs.single_observation_space

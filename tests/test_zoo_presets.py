@@ -1,0 +1,41 @@
+"""Tuned presets that quote RL Zoo carry values equivalent to SB3's, converted where conventions differ:
+value_loss_coef multiplies half the value MSE (SB3's vf_coef the whole MSE), Keras's RMSprop adds epsilon
+inside the square root (torch's outside), PPO/TRPO take a number of minibatches (SB3 a batch size)."""
+import pytest
+from hydra import compose, initialize_config_module
+
+# RL Zoo's rows (rl-baselines3-zoo ppo.yml / a2c.yml / trpo.yml), SB3's defaults where a row is silent
+ZOO = {
+    ("ppo", "cartpole"): dict(n_envs=8, n_steps=32, batch_size=256, vf_coef=0.5, clip_range="lin_0.2", lr="lin"),
+    ("ppo", "lunarlander"): dict(n_envs=16, n_steps=1024, batch_size=64, vf_coef=0.5, clip_range=0.2, lr="constant"),
+    ("ppo", "pendulum"): dict(n_envs=4, n_steps=1024, batch_size=64, vf_coef=0.5, clip_range=0.2, lr="constant"),
+    ("ppo", "pong"): dict(n_envs=8, n_steps=128, batch_size=256, vf_coef=0.5, clip_range="lin_0.1", lr="lin"),
+    ("a2c", "cartpole"): dict(n_envs=8, n_steps=5, vf_coef=0.5, rmsprop_eps=1e-5),
+    ("a2c", "pendulum"): dict(n_envs=8, n_steps=8, vf_coef=0.4, rmsprop_eps=1e-5, lr="lin"),
+    ("trpo", "cartpole"): dict(n_envs=2, n_steps=512, batch_size=512),
+    ("trpo", "pendulum"): dict(n_envs=2, n_steps=1024, batch_size=128),
+}
+
+
+def composed(agent, env):
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        return compose(config_name="config", overrides=[f"agent={agent}", f"env={env}"])
+
+
+@pytest.mark.parametrize("agent, env", list(ZOO), ids=[f"{a}-{e}" for a, e in ZOO])
+def test_tuned_preset_is_rl_zoos_row(agent, env):
+    zoo, cfg = ZOO[(agent, env)], composed(agent, env)
+    a = cfg.agent
+    assert cfg.env.n_envs == zoo["n_envs"] and a.n_steps == zoo["n_steps"]
+    if "vf_coef" in zoo:  # our 0.5 * MSE * coef == SB3's MSE * vf_coef
+        assert a.value_loss_coef == pytest.approx(2 * zoo["vf_coef"])
+    if "rmsprop_eps" in zoo:  # sqrt(v + eps_ours) == sqrt(v) + eps_torch at v = 0
+        assert a.optimizer == "rmsprop" and a.opt_epsilon == pytest.approx(zoo["rmsprop_eps"] ** 2)
+    if "batch_size" in zoo:
+        assert a.mini_batches == zoo["n_steps"] * zoo["n_envs"] // zoo["batch_size"]
+    if "clip_range" in zoo:
+        linear = str(zoo["clip_range"]).startswith("lin_")
+        assert a.clip_schedule == ("linear" if linear else "constant")
+        assert a.clip_norm == float(str(zoo["clip_range"]).removeprefix("lin_"))
+    if "lr" in zoo:
+        assert a.lr_schedule == ("linear" if zoo["lr"] == "lin" else "constant")
