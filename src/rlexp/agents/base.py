@@ -165,7 +165,10 @@ class Agent:
         self.model_preset = self._resolve_model(model)
 
         self.rng = np.random.default_rng(seed)
-        self.tf_rng = tf.random.Generator.from_seed(seed) if seed is not None else tf.random.Generator.from_non_deterministic_state()
+        # without a seed, one from the OS's entropy (from_non_deterministic_state refuses to run once an earlier
+        # seeded agent has turned op determinism on)
+        tf_seed = seed if seed is not None else int(np.random.SeedSequence().entropy % 2**63)
+        self.tf_rng = tf.random.Generator.from_seed(tf_seed)
         if buffer is not None:
             buffer.rng = self.rng
 
@@ -260,11 +263,11 @@ class Agent:
                 opt.learning_rate = lr
             self._applied_lr = lr
 
-    def _reset_envs(self, seed: int | None) -> np.ndarray:
+    def _reset_envs(self, seed: int | None, update_statistics: bool = True) -> np.ndarray:
         obs, _ = self.envs.reset(seed=seed)
         self._episode_returns[:] = 0
         self._raw_obs = obs
-        return self.normalizer.obs(obs, update=True).astype(self.obs_dtype, copy=False)
+        return self.normalizer.obs(obs, update=update_statistics).astype(self.obs_dtype, copy=False)
 
     def resume_seed(self) -> int | None:
         """The env seed for a run resumed at `self.steps`: derived from the run's seed and the step, so the
@@ -642,8 +645,9 @@ class Agent:
         if rows:
             self.history.replace(rows)
             self.history._flushed = -1
-        # new episodes from a reset: normalised with the loaded statistics, seeded from the run's seed and step
-        self._obs = self._reset_envs(self.resume_seed())
+        # new episodes from a reset: normalised with the loaded statistics (left as saved), seeded from the
+        # run's seed and step
+        self._obs = self._reset_envs(self.resume_seed(), update_statistics=False)
         self.normalizer.returns[:] = 0.0
         return state
 
