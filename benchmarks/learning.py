@@ -1,7 +1,9 @@
 """Learning-quality benchmark: the default CLI command per case, several seeds, 20-episode deterministic eval.
 
 Usage: python benchmarks/learning.py [CASE ...] [--seeds 0 1 2]   (CASE names: see CASES)
-Each run goes through `python -m rlexp` (run dirs under benchmarks/runs/); prints a Markdown table.
+Each run goes through `python -m rlexp` (run dirs under benchmarks/runs/); prints a Markdown table and
+merges its rows into benchmarks/results/learning.json (a rerun of a case and seed replaces its row; each row
+keeps its date and commit), from which benchmarks/results/learning.md is written.
 """
 from __future__ import annotations
 
@@ -13,6 +15,9 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from current import RESULTS, commit, machine, now, write_table  # noqa: E402
 
 CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies the hyperparameters
     "ppo-cartpole": (["agent=ppo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
@@ -65,16 +70,47 @@ def run(case: str, seed: int) -> dict:
                 frames_per_s=int(sps.replace(",", "")) * 4 if threshold is None else None)
 
 
-def print_table(rows: list[dict]) -> None:
-    print("\n| case | seed | steps | train s | steps/s | eval (20 ep) | threshold | pass |")
-    print("|---|---|---|---|---|---|---|---|")
+def table(rows: list[dict], provenance: bool = False) -> str:
+    """Markdown rows; with `provenance`, each row's date, commit and machine too."""
+    extra = " date | commit | machine |" if provenance else ""
+    lines = ["| case | seed | steps | train s | steps/s | eval (20 ep) | threshold | pass |" + extra,
+             "|---|---|---|---|---|---|---|---|" + "---|" * (3 if provenance else 0)]
     for r in rows:
+        tail = f" {r.get('date', '')} | {r.get('commit', '')} | {r.get('machine', '')} |" if provenance else ""
         if "error" in r:
-            print(f"| {r['case']} | {r['seed']} | error: {r['error']!r} |||||")
+            lines.append(f"| {r['case']} | {r['seed']} | error: {r['error']!r} |||||" + tail)
         else:
             passed = {True: "yes", False: "NO", None: f"throughput only: {r['steps_per_s'] * 4:,} frames/s"}[r["passed"]]
-            print(f"| {r['case']} | {r['seed']} | {r['steps']:,} | {r['train_s']:.1f} | {r['steps_per_s']:,} | "
-                  f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f} | {r['threshold']} | {passed} |")
+            lines.append(f"| {r['case']} | {r['seed']} | {r['steps']:,} | {r['train_s']:.1f} | {r['steps_per_s']:,} | "
+                         f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f} | {r['threshold']} | {passed} |" + tail)
+    return "\n".join(lines)
+
+
+def print_table(rows: list[dict]) -> None:
+    print("\n" + table(rows))
+
+
+def record(rows: list[dict]) -> None:
+    """Merge rows into results/learning.json (replacing the same case and seed) and rewrite learning.md."""
+    store = RESULTS / "learning.json"
+    kept = json.loads(store.read_text()) if store.exists() else []
+    new = {(r["case"], r["seed"]) for r in rows}
+    merged = [r for r in kept if (r["case"], r["seed"]) not in new] + rows
+    merged.sort(key=lambda r: (list(CASES).index(r["case"]) if r["case"] in CASES else len(CASES), r["case"], r["seed"]))
+    RESULTS.mkdir(exist_ok=True)
+    store.write_text(json.dumps(merged, indent=1) + "\n")
+    summary = []
+    for case in dict.fromkeys(r["case"] for r in merged):
+        scored = [r for r in merged if r["case"] == case and r.get("passed") is not None]
+        if scored:
+            summary.append(f"- {case}: {sum(r['passed'] for r in scored)} of {len(scored)} seeds at or above "
+                           f"{scored[0]['threshold']}")
+    body = ("Each row: `python -m rlexp <case's args> seed=<s> run.progress=none` (args in benchmarks/learning.py; "
+            "the pair's tuned preset is picked up), scored by 20 deterministic evaluation episodes of the final "
+            "weights. Rows keep the date and commit they were measured at; a rerun replaces them. Train seconds "
+            "depend on what else ran at the time: for speed see speed.md.\n\n" + "\n".join(summary) + "\n\n"
+            + table(merged, provenance=True))
+    write_table("learning", "Learning results", body)
 
 
 def main() -> None:
@@ -90,9 +126,10 @@ def main() -> None:
     rows = []
     for case in opts.cases:
         for seed in opts.seeds:
-            row = run(case, seed)
+            row = run(case, seed) | dict(date=now(), commit=commit(), machine=machine().split(",")[0])
             print(json.dumps(row), flush=True)
             rows.append(row)
+            record([r for r in rows if "error" not in r])  # after each run: a stopped benchmark keeps its rows
     print_table(rows)
 
 

@@ -2,15 +2,14 @@
 
 Usage: python benchmarks/speed.py --sb3-python /path/to/sb3-venv/bin/python [--reps 3] [CASE ...]
 rlexp runs through the normal CLI with RL Zoo's hyperparameters (the tuned presets); SB3 runs
-../shared/bench/sb3_cases.py. Prints one JSON line per run and a Markdown table of medians, and appends
-the table (command, date, machine, per-seed times) to benchmarks/RESULTS.md (`--results ''`: print only).
+../shared/bench/sb3_cases.py. Prints one JSON line per run and a Markdown table of medians, and writes the table (date, command,
+commit, machine, per-seed times) to benchmarks/results/speed.md, replacing the old one (`--no-write`: print only).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
-import platform
 import re
 import statistics
 import subprocess
@@ -18,6 +17,9 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from current import now, write_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SB3_CASES = ROOT.parent / "shared" / "bench" / "sb3_cases.py"
@@ -86,46 +88,17 @@ def table(rows: list[dict], cases: list[str]) -> str:
     return "\n".join(lines + [""] + per_seed)
 
 
-def machine() -> str:
-    """CPU model, cores, memory, Python and TensorFlow versions."""
-    from importlib.metadata import version
-
-    cpu = platform.processor() or platform.machine()
-    try:
-        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
-        memory = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
-        cpu += f", {memory / 2**20:.0f} GiB"
-    except (OSError, StopIteration):
-        pass
-    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
-    return f"{cpu}, {cores} cores; Python {platform.python_version()}, TensorFlow {version('tensorflow')}"
-
-
-def append_results(path: Path, started: str, text: str) -> None:
-    """Append a dated section with the command and the machine to the results file."""
-    command = " ".join(["python", "benchmarks/speed.py", *sys.argv[1:]])
-    heading = "## Runs appended by benchmarks/speed.py"
-    with open(path, "a+") as f:
-        f.seek(0)
-        if heading not in f.read():
-            f.write(f"\n{heading}\n")
-        f.write(f"\n### speed.py run, {started} UTC (appended by benchmarks/speed.py)\n"
-                f"Command: `{command}`. Machine: {machine()}. rlexp and SB3 alternate per seed; medians.\n\n"
-                f"{text}\n")
-
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("cases", nargs="*", default=list(CASES))
     parser.add_argument("--sb3-python", required=False)
     parser.add_argument("--reps", type=int, default=3)
-    parser.add_argument("--results", default=str(ROOT / "benchmarks" / "RESULTS.md"),
-                        help="append the table to this file ('': print only)")
+    parser.add_argument("--no-write", action="store_true", help="print the table only")
     opts = parser.parse_args()
     unknown = [c for c in opts.cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case {', '.join(unknown)}; choose from {', '.join(CASES)}")
-    started = time.strftime("%Y-%m-%d %H:%M", time.gmtime())
+    started = now()
     rows = []
     for case in opts.cases:
         for rep in range(opts.reps):
@@ -136,8 +109,11 @@ def main() -> None:
                 print(json.dumps(rows[-1]), flush=True)
     text = table(rows, opts.cases)
     print("\n" + text)
-    if opts.results:
-        append_results(Path(opts.results), started, text)
+    if not opts.no_write and opts.sb3_python:
+        note = ("rlexp runs the CLI with the tuned presets (RL Zoo's values); SB3 runs ../shared/bench/sb3_cases.py "
+                "with the same hyperparameters, networks, env steps and updates. They alternate per seed (seeds 0.."
+                f"{opts.reps - 1}); times are training seconds, medians over the seeds.\n\n")
+        print(write_table("speed", "Speed: rlexp vs Stable-Baselines3, side by side", note + text, started))
 
 
 if __name__ == "__main__":

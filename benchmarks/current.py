@@ -1,0 +1,56 @@
+"""Current result tables: each benchmark writes its table to benchmarks/results/<name>.md, replacing the old one
+(git keeps the history), with the date, the command, the code's commit and the machine."""
+from __future__ import annotations
+
+import os
+import platform
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+def machine() -> str:
+    """CPU model, cores, memory, Python and TensorFlow versions."""
+    from importlib.metadata import version
+
+    cpu = platform.processor() or platform.machine()
+    try:
+        cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
+        memory = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
+        cpu += f", {memory / 2**20:.0f} GiB"
+    except (OSError, StopIteration):
+        pass
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    return f"{cpu}, {cores} cores; Python {platform.python_version()}, TensorFlow {version('tensorflow')}"
+
+
+def commit() -> str:
+    """The checked-out commit, with '+changes' when the work tree differs from it."""
+    def git(*args: str) -> str:
+        return subprocess.run(["git", *args], cwd=RESULTS.parent, capture_output=True, text=True).stdout.strip()
+
+    head = git("rev-parse", "--short", "HEAD") or "unknown"
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no", "src", "conf") else "")
+
+
+def now() -> str:
+    return time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())
+
+
+def command_line() -> str:
+    return " ".join(["python", os.path.relpath(sys.argv[0], RESULTS.parent.parent), *sys.argv[1:]])
+
+
+def write_table(name: str, title: str, body: str, started: str | None = None) -> Path:
+    """benchmarks/results/<name>.md: a heading, when/what/where, then `body` (Markdown)."""
+    RESULTS.mkdir(exist_ok=True)
+    path = RESULTS / f"{name}.md"
+    text = (f"# {title}\n\nMeasured {started or now()} at commit {commit()}, command `{command_line()}`.\n"
+            f"Machine: {machine()}.\n\n{body.rstrip()}\n")
+    tmp = path.with_suffix(".tmp")
+    tmp.write_text(text)
+    tmp.replace(path)
+    return path
