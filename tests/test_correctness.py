@@ -123,3 +123,11 @@ def test_ppo_linear_clip_schedule_decays_per_rollout():
     assert constant.schedule_variables() == {}
     with pytest.raises(UserError, match="clip_schedule"):
         PPO(make_envs("CartPole-v1", n_envs=2, seed=0), clip_schedule="cosine")
+
+
+@pytest.mark.parametrize("key", ["normalize_obs", "normalize_reward"])
+def test_acer_refuses_normalisation_of_replayed_rollouts(key):
+    from rlexp.agents import ACER
+
+    with pytest.raises(UserError, match=f"agent.{key}=true is not supported by ACER"):
+        ACER(make_envs("CartPole-v1", n_envs=2, seed=0), **{key: True})

@@ -11,6 +11,7 @@ import tensorflow as tf
 
 from rlexp.agents import distributions as D
 from rlexp.agents.base import OnPolicyAgent, flatten_time
+from rlexp.errors import UserError
 
 
 def retrace_targets(rewards: tf.Tensor, dones: tf.Tensor, q_actions: tf.Tensor, values: tf.Tensor,
@@ -64,6 +65,10 @@ class ACER(OnPolicyAgent):
         self.trust_region = bool(trust_region)
         self.entropy_coef, self.value_loss_coef = float(entropy_coef), float(value_loss_coef)
         self.grad_norm = None if grad_norm is None else float(grad_norm)
+        for key in ("normalize_obs", "normalize_reward"):
+            if kwargs.get(key):  # stored rollouts would mix statistics from different times
+                raise UserError(f"agent.{key}=true is not supported by ACER, which replays stored rollouts; "
+                                "leave it false")
         super().__init__(envs, model, buffer, n_steps=n_steps, **kwargs)
 
     def build(self) -> None:
