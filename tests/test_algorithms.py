@@ -25,12 +25,18 @@ def test_clipped_surrogate_takes_the_pessimistic_term():
     np.testing.assert_allclose(loss, -np.mean([1.2, -1.6, -0.8]), rtol=1e-6)
 
 
-def retrace_reference(rewards, dones, q_a, values, rho_bar, last_values, gamma):
-    q_ret, out = last_values.copy(), np.zeros_like(rewards)
-    for t in reversed(range(len(rewards))):
-        q_ret = rewards[t] + gamma * q_ret * (1 - dones[t])
-        out[t] = q_ret
-        q_ret = rho_bar[t] * (q_ret - q_a[t]) + values[t]
+def retrace_by_linear_solve(rewards, dones, q_a, values, rho_bar, last_values, gamma):
+    """Each env's Q_ret as the solution of the T linear equations that define it (Wang et al. 2017):
+    Q_ret(t) - gamma (1 - d_t) rho_bar(t+1) Q_ret(t+1) = r_t + gamma (1 - d_t) (V(t+1) - rho_bar(t+1) Q(t+1, a)),
+    the last step bootstrapping from V(s_T) alone."""
+    T, N = rewards.shape
+    out = np.zeros((T, N))
+    for n in range(N):
+        next_v = np.append(values[1:, n], last_values[n])
+        next_rho, next_q = np.append(rho_bar[1:, n], 0.0), np.append(q_a[1:, n], 0.0)
+        discount = gamma * (1.0 - dones[:, n])
+        a = np.eye(T) - np.diag(discount[:-1] * next_rho[:-1], k=1)
+        out[:, n] = np.linalg.solve(a, rewards[:, n] + discount * (next_v - next_rho * next_q))
     return out
 
 
@@ -43,7 +49,8 @@ def test_retrace_targets_match_reference():
     rho_bar = np.minimum(1.0, rho)
     last = rng.normal(size=N).astype(np.float32)
     got = tf.function(retrace_targets)(r, dones, q_a, v, rho_bar, last, 0.9).numpy()
-    np.testing.assert_allclose(got, retrace_reference(r, dones, q_a, v, rho_bar, last, 0.9), rtol=1e-5, atol=1e-5)
+    assert dones.any()  # episode ends cut the traces
+    np.testing.assert_allclose(got, retrace_by_linear_solve(r, dones, q_a, v, rho_bar, last, 0.9), rtol=1e-5, atol=1e-5)
 
 
 def test_retrace_one_step_by_hand():
@@ -55,23 +62,24 @@ def test_retrace_one_step_by_hand():
     np.testing.assert_allclose(got[:, 0], [1.0 + 0.5 * (0.5 * (q1 - 3.0) + 1.0), q1])
 
 
-def test_acer_truncated_importance_weights_and_bias_correction_weights():
-    f = np.array([[0.7, 0.3]], np.float32)
-    mu = np.array([[0.05, 0.95]], np.float32)
-    rho = f / mu  # 14, 0.316
-    c = 10.0
-    assert np.minimum(c, rho)[0, 0] == c  # truncated
-    correction = np.maximum(1 - c / rho, 0)  # only the truncated action gets bias correction
-    np.testing.assert_allclose(correction, [[1 - 10 / 14, 0.0]], rtol=1e-6)
-
-
 def test_trust_region_projection():
     g = np.array([[1.0, 2.0], [1.0, 0.0]], np.float32)
     k = np.array([[1.0, 1.0], [0.0, 1.0]], np.float32)
     got = trust_region_projection(g, k, delta=1.0, epsilon=0.0).numpy()
     # row 0: k.g = 3 > 1 -> g - (3 - 1) / 2 * k = [0, 1], and then k.g' == delta; row 1: k.g = 0 -> unchanged
     np.testing.assert_allclose(got, [[0.0, 1.0], [1.0, 0.0]])
-    assert np.isclose(got[0] @ k[0], 1.0)
+    # random rows: rows inside the half-space k.x <= delta are unchanged; the others move to its boundary along
+    # -k, which makes the result the closest point of the half-space to g
+    rng = np.random.default_rng(0)
+    g, k = rng.normal(size=(2, 50, 3)).astype(np.float32)
+    got = trust_region_projection(g, k, delta=0.5, epsilon=0.0).numpy()
+    inside = np.einsum("ij,ij->i", k, g) <= 0.5
+    assert inside.any() and not inside.all()
+    np.testing.assert_array_equal(got[inside], g[inside])
+    step = (got - g)[~inside]
+    np.testing.assert_allclose(np.einsum("ij,ij->i", k[~inside], got[~inside]), 0.5, rtol=1e-4)
+    np.testing.assert_allclose(np.cross(step, k[~inside]), 0.0, atol=1e-5)  # parallel to k
+    assert np.all(np.einsum("ij,ij->i", step, k[~inside]) < 0)
 
 
 def test_conjugate_gradient_solves_explicit_system():
@@ -244,7 +252,10 @@ def test_ddpg_actions_are_scaled_to_the_action_space():
     envs = make_envs("Pendulum-v1", n_envs=1, seed=0)  # actions in [-2, 2]
     agent = DDPG(envs, buffer=ReplayBuffer(100, 8, 8), seed=0)
     np.testing.assert_allclose(agent.to_env(np.array([[-1.0], [0.0], [1.0]], np.float32)), [[-2.0], [0.0], [2.0]])
-    assert np.all(np.abs(agent.act(np.zeros((4, 3), np.float32))) <= 2.0)
+    obs = np.random.default_rng(0).normal(size=(4, 3)).astype(np.float32)
+    unit = np.tanh(agent.actor(obs).numpy())  # the actor's actions in [-1, 1]: -2 + (unit + 1) * 2 = 2 unit
+    assert np.all(np.abs(unit) < 1) and np.ptp(unit) > 0
+    np.testing.assert_allclose(agent.act(obs), 2.0 * unit, rtol=1e-5, atol=1e-6)
 
 
 def test_ddpg_explores_with_noise_when_stepping():
@@ -325,8 +336,13 @@ def test_normalizer_state_is_checkpointed_and_used_when_acting(tmp_path):
     np.testing.assert_allclose(fresh.normalizer.obs_rms.mean, trained.normalizer.obs_rms.mean)
     obs = np.random.default_rng(0).normal(size=(3, 3)).astype(np.float32) * 5
     np.testing.assert_allclose(fresh.act(obs), trained.act(obs), rtol=1e-5)
-    scaled = trained.normalizer.obs(obs)
-    assert np.all(np.abs(scaled) <= 10.0) and not np.allclose(scaled, obs)
+    # act standardises with the running statistics, (obs - mean) / std clipped to [-10, 10], before the policy
+    rms = trained.normalizer.obs_rms
+    standardised = np.clip((obs - rms.mean) / np.sqrt(rms.var), -10.0, 10.0).astype(np.float32)
+    assert not np.allclose(standardised, obs)
+    np.testing.assert_allclose(trained.act(obs), np.clip(trained.policy(tf.constant(standardised)).numpy(), -2, 2),
+                               rtol=1e-4, atol=1e-5)
+    assert not np.allclose(trained.act(obs), np.clip(trained.policy(tf.constant(obs)).numpy(), -2, 2), atol=1e-3)
 
 
 def test_ppo_kl_threshold_stops_epochs_and_kl_adaptive_moves_the_lr():

@@ -5,6 +5,7 @@ import tensorflow as tf
 
 from rlexp.agents import A2C, PPO, TRPO
 from rlexp.envs import make_envs
+from rlexp.graph_envs import NUMPY
 from rlexp.models import build_model
 from rlexp.numpy_models import ACTIVATIONS, NumpyModel
 
@@ -58,7 +59,9 @@ def test_a2c_rolls_out_a_graph_env_in_the_graph(env_id):
     agent = A2C(envs, seed=0, n_steps=10)
     assert agent.steps_in_graph and not agent._use_numpy_rollout()
     batch = collect_and_check_against_the_policy(agent, rtol=1e-5, atol=1e-6, log_prob_atol=1e-5)
-    np.testing.assert_array_equal(batch["last_obs"], agent._obs)  # the graph's final obs came back
+    # the graph's final obs came back, and they are what the env's state (copied back from the graph) shows
+    np.testing.assert_array_equal(agent._obs, envs.observe(NUMPY, envs.state))
+    np.testing.assert_array_equal(batch["last_obs"], agent._obs)
     assert agent.steps == 40 and (batch["dones"][6] == 1).all()  # every episode is truncated after 7 steps
     ends = [step for step, _ in agent._finished]
     assert ends == [4 * 6 + i + 1 for i in range(4)]

@@ -97,7 +97,12 @@ def test_gsde_weights_load_into_a_one_env_player(tmp_path):
         return PPO(make_envs("Pendulum-v1", n_envs=n_envs, seed=0), seed=0, n_steps=8, mini_batches=1, use_sde=True)
 
     trained = ppo(4)
+    trained.log_std.assign(np.random.default_rng(0).normal(size=trained.log_std.shape).astype(np.float32))
     trained.save(tmp_path / "last.ckpt")
     player = ppo(1)
+    assert not np.array_equal(player.log_std.numpy(), trained.log_std.numpy())
     player.load(tmp_path / "last.ckpt", weights_only=True)  # per-env noise matrices are training state only
     np.testing.assert_array_equal(player.log_std.numpy(), trained.log_std.numpy())
+    for a, b in zip(player.model.get_weights(), trained.model.get_weights()):
+        np.testing.assert_array_equal(a, b)
+    assert player.sde_noise.shape == (1, *trained.log_std.shape)  # its own noise, one matrix for its one env

@@ -124,7 +124,8 @@ class ACER(OnPolicyAgent):
             entropy = tf.reduce_mean(-tf.reduce_sum(f * tf.math.log(f + self.epsilon), axis=-1))
             actor_loss = policy_loss + bias_loss - self.entropy_coef * entropy
             value_loss = 0.5 * tf.reduce_mean(tf.square(q_ret - q_a))
-            loss = actor_loss + self.value_loss_coef * value_loss
+            weighted_value_loss = self.value_loss_coef * value_loss  # on the tape: the trust-region path needs it
+            loss = actor_loss + weighted_value_loss
         if self.trust_region:
             batch = float(n_steps * n_envs)
             g = -tape.gradient(actor_loss, f) * batch  # ascent direction per sample, w.r.t. the probabilities
@@ -132,7 +133,7 @@ class ACER(OnPolicyAgent):
             g = trust_region_projection(g, k, self.delta, self.epsilon)
             grads = [a if b is None else (b if a is None else a + b) for a, b in zip(
                 tape.gradient(f, variables, output_gradients=-g / batch),
-                tape.gradient(self.value_loss_coef * value_loss, variables))]
+                tape.gradient(weighted_value_loss, variables))]
         else:
             grads = tape.gradient(loss, variables)
         del tape
