@@ -1,6 +1,5 @@
-"""The base loop's bookkeeping: plateau LR reduction, early stopping, target reward, truncation bootstrap."""
-import numpy as np
-
+"""The base loop's bookkeeping: plateau LR reduction, early stopping, target reward (truncation bootstrapping:
+test_truncation.py)."""
 from rlexp.agents import PPO
 from rlexp.envs import make_envs
 
@@ -38,32 +37,12 @@ def test_target_reward_needs_enough_episodes():
     assert agent.target_reached(475) and not agent.target_reached(None)
 
 
-def test_rollout_shapes_and_truncation_bootstrap():
-    envs = make_envs("CartPole-v1", n_envs=2, seed=0, max_episode_steps=5)  # every episode is truncated at 5
-    agent = PPO(envs, seed=0, n_steps=12, mini_batches=1, gamma=0.5)
-    batch = agent.collect()
-    assert batch["obs"].shape == (12, 2, 4) and batch["rewards"].shape == (12, 2)
-    rewards = batch["rewards"].numpy()
-    dones = batch["dones"].numpy()
-    # truncated steps get reward 1 + gamma * V(final obs): not exactly 1; other steps exactly 1
-    assert np.all(rewards[dones == 0] == 1.0) and np.all(rewards[dones == 1] != 1.0)
-    assert agent.steps == 24 and agent.episodes == 0 and len(agent._finished) == 4
-
-
 def test_async_vectorization_trains():
     envs = make_envs("CartPole-v1", n_envs=2, seed=0, vectorization="async")
     agent = PPO(envs, seed=0, n_steps=16, mini_batches=2)
     summary = agent.fit(max_steps=64, progress="none")
     envs.close()
     assert summary["steps"] == 64
-
-
-def test_truncation_bootstrap_can_be_turned_off():
-    envs = make_envs("CartPole-v1", n_envs=2, seed=0, max_episode_steps=5)
-    agent = PPO(envs, seed=0, n_steps=12, mini_batches=1, bootstrap_truncation=False)
-    batch = agent.collect()
-    assert np.all(batch["rewards"].numpy() == 1.0)  # no value added at truncation
-    assert batch["dones"].numpy().sum() >= 4
 
 
 def test_no_retracing_after_the_first_iteration():
