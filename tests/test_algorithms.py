@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from rlexp.agents import A2C, ACER, DDPG, TD3, TRPO
 from rlexp.agents.acer import retrace_targets, trust_region_projection
-from rlexp.agents.base import soft_update
+from rlexp.agents.off_policy import soft_update
 from rlexp.agents.ppo import clipped_surrogate
 from rlexp.agents.td3 import smoothed_target_actions
 from rlexp.agents.trpo import assign_flat, conjugate_gradient, flat_concat

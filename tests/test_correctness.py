@@ -43,7 +43,7 @@ def test_dqn_replay_holds_raw_transitions_and_samples_are_normalised_with_curren
     rows = {k: v[:4] for k, v in data.items()}
     agent.buffer.sample = lambda n: dict(rows)
     captured = {}
-    agent._update_fn = lambda batch: captured.update(batch) or 0.0
+    agent._update_fn = lambda batch: captured.update(batch) or {"loss": 0.0}
     agent.train_iteration()  # one more env step (the statistics move again), then the sample
     mean, var = agent.normalizer.obs_rms.mean, agent.normalizer.obs_rms.var
     np.testing.assert_allclose(captured["obs"], normalised(raw[:4], mean, var), rtol=1e-5, atol=1e-6)

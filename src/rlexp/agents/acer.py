@@ -10,7 +10,7 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.agents import distributions as D
-from rlexp.agents.base import OnPolicyAgent, flatten_time
+from rlexp.agents.on_policy import OnPolicyAgent, flatten_time
 from rlexp.errors import UserError
 
 

@@ -4,9 +4,8 @@ from __future__ import annotations
 import numpy as np
 import tensorflow as tf
 
-from rlexp.agents.base import Agent
 from rlexp.agents.distributions import no_autograph
-from rlexp.errors import UserError
+from rlexp.agents.off_policy import OffPolicyAgent, hard_update
 
 
 @no_autograph
@@ -32,46 +31,35 @@ def huber(errors: tf.Tensor, delta: float = 1.0) -> tf.Tensor:
     return tf.where(absolute <= delta, 0.5 * tf.square(errors), delta * absolute - 0.5 * delta**2)
 
 
-class DQN(Agent):
+class DQN(OffPolicyAgent):
     """DQN / Double DQN with a replay buffer, epsilon-greedy exploration and a target network.
 
-    Args (besides `Agent`'s):
-        buffer: a `ReplayBuffer` or `FrameBuffer`; training starts when it holds `initial_size`.
+    Args (besides `OffPolicyAgent`'s):
         double: use Double DQN targets.
-        epsilon_start, epsilon_end, epsilon_decay_steps: linear exploration schedule over env steps.
+        epsilon_start, epsilon_end, epsilon_decay_steps: linear exploration schedule over env steps (it
+            explores from the first step: no separate random warm-up).
         target_sync_steps: env steps between copies of the online weights to the target network.
-        train_freq: vector env steps collected between training phases.
-        gradient_steps: gradient updates per training phase (-1: one per collected transition).
         grad_norm: global gradient-norm clip (None: off).
         numpy_acting: collect with a NumPy mirror of an MLP Q-network (about half the cost per env step
             of a graph step, same transitions bit for bit; CNNs always act in TensorFlow).
     """
 
     action_spaces = ("discrete",)
-    off_policy = True
+    metric_names = ("loss",)
+    random_warmup = False
 
     def __init__(self, envs, model=None, buffer=None, *, double: bool = False, epsilon_start: float = 1.0,
                  epsilon_end: float = 0.02, epsilon_decay_steps: int = 150000, target_sync_steps: int = 1000,
                  train_freq: int = 4, gradient_steps: int = 1, grad_norm: float | None = 10.0,
                  numpy_acting: bool = True, **kwargs) -> None:
-        if buffer is None:
-            from rlexp.buffers import ReplayBuffer
-
-            buffer = ReplayBuffer()
         self.double = bool(double)
         self.epsilon_start, self.epsilon_end = float(epsilon_start), float(epsilon_end)
         self.epsilon_decay_steps = max(int(float(epsilon_decay_steps)), 1)
         self.target_sync_steps = int(float(target_sync_steps))
-        self.train_freq = int(train_freq)
-        if self.train_freq < 1:
-            raise UserError(f"agent.train_freq={train_freq} must be at least 1")
-        self.gradient_steps = int(gradient_steps)
         self.grad_norm = None if grad_norm is None else float(grad_norm)
         self.numpy_acting = bool(numpy_acting)
         self.last_sync = 0
-        super().__init__(envs, model, buffer, **kwargs)
-        if self.gradient_steps == -1:
-            self.gradient_steps = self.train_freq * self.n_envs
+        super().__init__(envs, model, buffer, train_freq=train_freq, gradient_steps=gradient_steps, **kwargs)
 
     def build(self) -> None:
         self.model = self.build_model({"q": self.n_actions}, name="q")
@@ -84,8 +72,7 @@ class DQN(Agent):
 
         self._mirror = NumpyModel.mirror(self.model) if self.numpy_acting else None
         self._draws_fn = tf.function(self._exploration_noise)
-        self._update_fn = tf.function(self._update, autograph=False)
-        self._sync_fn = tf.function(lambda: [t.assign(o) for t, o in zip(self.target.variables, self.model.variables)])
+        self._sync_fn = tf.function(lambda: hard_update(self.target.variables, self.model.variables))
 
     def models(self):
         return {"model": self.model, "target": self.target}
@@ -110,11 +97,7 @@ class DQN(Agent):
     def policy(self, obs):
         return tf.argmax(self.model(obs), axis=-1)
 
-    # ----- collection: epsilon-greedy in the graph, env step + buffer write through numpy ---------
-    def _numpy_step(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        """Step the envs from `obs` (the current observations), store the transitions."""
-        return self.store_step(actions, actions)
-
+    # ----- collection: epsilon-greedy, in the graph or with a NumPy mirror of the Q-network ----------
     @no_autograph
     def _exploration_noise(self, n_steps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """`n_steps` steps of random actions and uniform draws (explore where draw < epsilon), from `tf_rng`
@@ -154,26 +137,16 @@ class DQN(Agent):
         return tf.reduce_mean(huber(tf.reduce_sum(self.model(obs) * taken, axis=-1) - targets))
 
     @no_autograph
-    def _update(self, batch: dict[str, tf.Tensor]) -> tf.Tensor:
-        """`gradient_steps` gradient steps on consecutive slices of `batch`; the mean loss. A `tf.while_loop`,
-        not AutoGraph (whose conversion was most of the first call's trace)."""
-        size = self.buffer.batch_size
+    def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
+        """One gradient step on the Huber loss (clipped to `grad_norm`)."""
         variables = self.model.trainable_variables
-        batch = {k: tf.reshape(v, [-1, size, *v.shape[1:]]) for k, v in batch.items()}  # one row per step
-
-        def gradient_step(g, total):
-            part = {k: tf.gather(v, g) for k, v in batch.items()}
-            with tf.GradientTape() as tape:
-                loss = self.loss(part["obs"], part["actions"], part["rewards"], part["next_obs"], part["terminated"])
-            grads = tape.gradient(loss, variables)
-            if self.grad_norm is not None:
-                grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
-            self.optimizer.apply_gradients(zip(grads, variables))
-            return g + 1, total + loss
-
-        initial = (tf.constant(0), tf.constant(0.0))
-        _, total = tf.while_loop(lambda g, _: g < self.gradient_steps, gradient_step, initial)
-        return total / tf.cast(self.gradient_steps, tf.float32)
+        with tf.GradientTape() as tape:
+            loss = self.loss(obs, actions, rewards, next_obs, terminated)
+        grads = tape.gradient(loss, variables)
+        if self.grad_norm is not None:
+            grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
+        self.optimizer.apply_gradients(zip(grads, variables))
+        return {"loss": loss}
 
     def train_iteration(self) -> dict[str, float]:
         if self._mirror is not None:
@@ -185,6 +158,5 @@ class DQN(Agent):
             if self.steps - self.last_sync >= self.target_sync_steps:
                 self._sync_fn()
                 self.last_sync = self.steps
-            batch = self.normalize_batch(self.buffer.sample(self.gradient_steps))
-            metrics["loss"] = float(self._update_fn(batch))
+            metrics |= self.learn_from_replay()
         return metrics

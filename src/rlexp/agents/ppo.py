@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from rlexp.agents.base import OnPolicyAgent, compute_gae, flatten_time
+from rlexp.agents.on_policy import OnPolicyAgent, compute_gae, flatten_time
 from rlexp.agents.distributions import no_autograph
 from rlexp.errors import UserError
 
