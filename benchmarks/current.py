@@ -48,7 +48,7 @@ def write_table(name: str, title: str, body: str, started: str | None = None) ->
     """benchmarks/results/<name>.md: a heading, when/what/where, then `body` (Markdown)."""
     RESULTS.mkdir(exist_ok=True)
     path = RESULTS / f"{name}.md"
-    text = (f"# {title}\n\nMeasured {started or now()} at commit {commit()}, command `{command_line()}`.\n"
+    text = (f"# {title}\n\nWritten {started or now()} at commit {commit()} by `{command_line()}`.\n"
             f"Machine: {machine()}.\n\n{body.rstrip()}\n")
     tmp = path.with_suffix(".tmp")
     tmp.write_text(text)
