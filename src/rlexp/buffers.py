@@ -47,7 +47,10 @@ class ReplayBuffer:
     def add(self, obs: np.ndarray, actions: np.ndarray, rewards: np.ndarray, next_obs: np.ndarray,
             terminated: np.ndarray, dones: np.ndarray | None = None) -> None:
         """Store a batch of transitions (one per env). `next_obs` is the final observation at episode ends."""
-        batch = dict(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs, terminated=terminated)
+        self._store(dict(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs, terminated=terminated))
+
+    def _store(self, batch: dict[str, np.ndarray]) -> None:
+        obs, rewards, terminated = batch["obs"], batch["rewards"], batch["terminated"]
         if not self.data:
             self._allocate(**batch | dict(rewards=rewards.astype(np.float32), terminated=terminated.astype(np.float32)))
         n, start = len(obs), self.index
@@ -78,6 +81,40 @@ class ReplayBuffer:
 
     def nbytes_per_transition(self) -> int:
         return int(sum(v[0].nbytes for v in self.data.values()))
+
+
+class NStepReplayBuffer(ReplayBuffer):
+    """`ReplayBuffer` that also keeps where episodes end, and samples with n-step returns (DQfD): set `n`,
+    `gamma` and `stride` (the number of envs: transitions of one env are that many slots apart) first."""
+
+    n, gamma, stride = 1, 0.99, 1
+
+    def add(self, obs, actions, rewards, next_obs, terminated, dones=None) -> None:
+        dones = terminated if dones is None else dones
+        self._store(dict(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs, terminated=terminated,
+                         dones=np.asarray(dones, np.float32)))
+
+    def sample(self, n_batches: int = 1) -> dict[str, np.ndarray]:
+        idx = self.rng.integers(0, self.size, n_batches * self.batch_size)
+        return {k: v.take(idx, axis=0) for k, v in self.data.items()} | self.n_step(idx)
+
+    def n_step(self, idx: np.ndarray) -> dict[str, np.ndarray]:
+        """For the transitions at `idx`: the return of up to n steps of the same env, stopping at an episode
+        end or the newest transition, the observation after them and the bootstrap discount (gamma^m, 0 after
+        a termination)."""
+        data, stride, n, gamma = self.data, self.stride, self.n, self.gamma
+        age = (self.index - 1 - idx) % self.max_size  # 0: the newest transition
+        returns, taken = np.zeros(len(idx)), np.zeros(len(idx), int)
+        last, alive = idx.copy(), np.ones(len(idx), bool)
+        for k in range(n):
+            slot = (idx + k * stride) % self.max_size
+            valid = alive & (age >= k * stride)
+            returns += np.where(valid, gamma**k * data["rewards"][slot], 0.0)
+            last, taken = np.where(valid, slot, last), taken + valid
+            alive = valid & (data["dones"][slot] == 0)
+        discounts = np.where(data["terminated"][last] > 0, 0.0, gamma**taken)
+        return dict(n_step_returns=returns.astype(np.float32), n_step_obs=data["next_obs"][last],
+                    n_step_discounts=discounts.astype(np.float32))
 
 
 class GraphReplayBuffer(ReplayBuffer):

@@ -361,9 +361,14 @@ def play_or_eval(cfg: DictConfig) -> float:
 
     ckpt = find_checkpoint(cfg, cfg.get("checkpoint"))
     run_cfg = _stored_config(ckpt, cfg)
-    for key in ("video_dir", "frame_dir"):  # fail before loading anything
+    for key in ("video_dir", "frame_dir", "demo_dir"):  # fail before loading anything
         if cfg.get(key):
             writable_dir(cfg[key], key)
+    if cfg.get("demo_dir"):
+        from rlexp.demos import DATASET_ID
+
+        if (Path(cfg.demo_dir).expanduser() / DATASET_ID).exists():
+            raise UserError(f"+demo_dir={cfg.demo_dir} holds demonstrations already; pick a new directory")
     _setup_tensorflow(run_cfg)
     log.info(f"loaded {ckpt}")
     precision = int(run_cfg.agent.display_precision)
@@ -383,11 +388,22 @@ def play_or_eval(cfg: DictConfig) -> float:
     startup_done()
     agent.load(ckpt, weights_only=True)
     name = ckpt.parent.parent.name
+    recorder = None
+    if cfg.get("demo_dir"):
+        from rlexp.demos import DemoRecorder
+
+        recorder = DemoRecorder()
     returns = play(agent, agent.envs, episodes=int(cfg.play.episodes), video_dir=cfg.get("video_dir"),
                    frame_dir=cfg.get("frame_dir"), frame_frequency=int(cfg.play.frame_frequency),
                    frame_delay=float(cfg.play.frame_delay), render=bool(cfg.get("render")), fps=int(cfg.play.fps),
-                   name=name)
+                   name=name, recorder=recorder)
     agent.envs.close()
+    if recorder is not None:
+        demo_dir = Path(cfg.demo_dir).expanduser()
+        path = recorder.write(demo_dir if demo_dir.is_absolute() else _original_cwd() / demo_dir, run_cfg.env.id,
+                              type(agent).__name__)
+        log.info(f"demonstrations: {path} ({len(recorder.episodes)} episodes, Minari format); train from them "
+                 f"with agent=dqfd agent.demos={cfg.demo_dir}")
     if cfg.get("video_dir") and (cfg.get("logger") or {}).get("name") == "wandb":
         from rlexp.tracking import Wandb
 

@@ -39,14 +39,17 @@ def write_video(frames: list[np.ndarray], path: Path, fps: int) -> None:
 
 def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir: str | None = None,
          frame_frequency: int = 1, frame_delay: float = 0.0, render: bool = False, fps: int = 30,
-         name: str = "play") -> list[float]:
-    """Play `episodes` deterministic episodes in a 1-env vector env; returns each episode's return."""
+         name: str = "play", recorder=None) -> list[float]:
+    """Play `episodes` deterministic episodes in a 1-env vector env; returns each episode's return. A
+    `recorder` (rlexp.demos.DemoRecorder) keeps the episodes as demonstrations."""
     video_path = writable_dir(video_dir, "video_dir") if video_dir else None
     frame_path = writable_dir(frame_dir, "frame_dir") if frame_dir else None
     capture = video_path is not None or frame_path is not None
     frames: list[np.ndarray] = []
     returns: list[float] = []
     obs, _ = envs.reset(seed=agent.seed)
+    if recorder is not None:
+        recorder.start(obs)
     total, frame_index = 0.0, 0
     while len(returns) < episodes:
         if capture:
@@ -61,7 +64,10 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
             frame_index += 1
         if frame_delay:
             time.sleep(float(frame_delay))
-        obs, rewards, terminated, truncated, _ = envs.step(agent.act(obs))
+        actions = agent.act(obs)
+        obs, rewards, terminated, truncated, info = envs.step(actions)
+        if recorder is not None:
+            recorder.step(actions, obs, rewards, terminated, truncated, info)
         total += float(rewards[0])
         if terminated[0] or truncated[0]:
             returns.append(total)

@@ -9,8 +9,11 @@ AGENT_TITLES = {
     "a2c": "A2C (`agent=a2c`, discrete + continuous)",
     "acer": "ACER (`agent=acer`, discrete)",
     "ddpg": "DDPG (`agent=ddpg`, continuous)",
+    "dqfd": "DQfD (`agent=dqfd`, discrete; DQN's options too)",
     "dqn": "DQN / Double DQN (`agent=dqn`, discrete)",
+    "naf": "NAF (`agent=naf`, continuous)",
     "ppo": "PPO (`agent=ppo`, discrete + continuous)",
+    "sac": "SAC (`agent=sac`, continuous)",
     "td3": "TD3 (`agent=td3`, continuous)",
     "trpo": "TRPO (`agent=trpo`, discrete + continuous)",
 }

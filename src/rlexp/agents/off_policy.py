@@ -160,14 +160,18 @@ class OffPolicyAgent(Agent):
         batch = {k: tf.reshape(v, [-1, size, *v.shape[1:]]) for k, v in batch.items()}  # one row per step
 
         def gradient_step(g, totals):
-            part = {k: tf.gather(v, g) for k, v in batch.items()}
-            metrics = self.update_step(part["obs"], part["actions"], part["rewards"], part["next_obs"],
-                                       part["terminated"])
+            metrics = self.update_batch({k: tf.gather(v, g) for k, v in batch.items()})
             return g + 1, {k: totals[k] + metrics[k] for k in totals}
 
         totals = {k: tf.constant(0.0) for k in self.metric_names}
         _, totals = tf.while_loop(lambda g, _: g < self.gradient_steps, gradient_step, (tf.constant(0), totals))
         return {k: v / tf.cast(self.gradient_steps, tf.float32) for k, v in totals.items()}
+
+    @no_autograph
+    def update_batch(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """`update_step` on a batch given as a dict (agents whose batches carry more use the rest)."""
+        return self.update_step(batch["obs"], batch["actions"], batch["rewards"], batch["next_obs"],
+                                batch["terminated"])
 
     def learn_from_replay(self) -> dict[str, float]:
         """One update phase outside the fused loop: sample, normalise, `gradient_steps` updates."""

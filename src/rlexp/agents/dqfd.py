@@ -1,0 +1,182 @@
+"""Deep Q-learning from Demonstrations (Hester et al. 2017), discrete actions: Double DQN that first learns
+from an expert's episodes alone, then keeps sampling them beside its own replay.
+
+Loss = 1-step TD + n_step_weight * n-step TD + supervised_weight * large-margin loss (demonstrations only)
+       + l2_weight * ||theta||^2,
+large margin: max_a [Q(s, a) + expert_margin * (a != a_E)] - Q(s, a_E). Option names follow TensorForce's
+(`expert_margin`, `supervised_weight`, `demo_memory_capacity`, `demo_sampling_ratio`).
+"""
+from __future__ import annotations
+
+import numpy as np
+import tensorflow as tf
+
+from rlexp.agents.distributions import no_autograph
+from rlexp.agents.dqn import DQN, huber
+from rlexp.errors import UserError
+
+N_STEP_KEYS = ("n_step_returns", "n_step_obs", "n_step_discounts")
+
+
+@no_autograph
+def large_margin_loss(q: tf.Tensor, expert_actions: tf.Tensor, margin: float) -> tf.Tensor:
+    """Per row: max_a [Q(s, a) + margin * (a != a_E)] - Q(s, a_E) (0 when a_E leads the others by the margin)."""
+    expert = tf.one_hot(tf.cast(expert_actions, tf.int32), tf.shape(q)[-1])
+    return tf.reduce_max(q + margin * (1.0 - expert), axis=-1) - tf.reduce_sum(q * expert, axis=-1)
+
+
+class DQfD(DQN):
+    """DQfD: pre-training on demonstrations, then Double DQN with demonstrations mixed into every batch.
+
+    Args (besides `DQN`'s; `double` defaults to true):
+        demos: a Minari dataset of demonstrations (a `+demo_dir` recorded by `mode=play`, or a dataset dir).
+        demo_memory_capacity: demonstration transitions kept (whole episodes first).
+        demo_sampling_ratio: the share of each batch drawn from the demonstrations.
+        pretrain_steps: gradient steps on demonstrations alone before the first env step.
+        expert_margin: the margin the expert's action must lead the others' Q-values by.
+        supervised_weight: weight of the large-margin loss.
+        n_step, n_step_weight: the n-step return's length and its loss's weight.
+        l2_weight: weight of the L2 penalty on the Q-network's weights.
+    """
+
+    def __init__(self, envs, model=None, buffer=None, *, demos: str | None = None, demo_memory_capacity: int = 10000,
+                 demo_sampling_ratio: float = 0.2, pretrain_steps: int = 10000, expert_margin: float = 0.5,
+                 supervised_weight: float = 0.1, n_step: int = 10, n_step_weight: float = 1.0,
+                 l2_weight: float = 1e-5, double: bool = True, **kwargs) -> None:
+        from rlexp.buffers import NStepReplayBuffer
+
+        if not demos:
+            raise UserError("agent.demos is not set: DQfD learns from a Minari dataset of demonstrations "
+                            "(python -m rlexp mode=play +checkpoint=<run> play.episodes=20 +demo_dir=demos/, "
+                            "then agent.demos=demos/)")
+        if not 0 <= float(demo_sampling_ratio) < 1:
+            raise UserError(f"agent.demo_sampling_ratio={demo_sampling_ratio} must be in [0, 1)")
+        self.demos_path, self.demo_memory_capacity = str(demos), int(demo_memory_capacity)
+        self.demo_sampling_ratio, self.pretrain_steps = float(demo_sampling_ratio), int(pretrain_steps)
+        self.expert_margin, self.supervised_weight = float(expert_margin), float(supervised_weight)
+        self.n_step, self.n_step_weight, self.l2_weight = max(int(n_step), 1), float(n_step_weight), float(l2_weight)
+        self.pretrained = False
+        buffer = buffer if buffer is not None else NStepReplayBuffer()
+        if not isinstance(buffer, NStepReplayBuffer):
+            raise UserError("DQfD needs its n-step replay buffer (buffer=dqfd, rlexp.buffers.NStepReplayBuffer)")
+        super().__init__(envs, model, buffer, double=double, **kwargs)
+        buffer.n, buffer.gamma, buffer.stride = self.n_step, self.gamma, self.n_envs
+
+        from rlexp.demos import env_id_of, load_demonstrations
+
+        self.demos = load_demonstrations(self.demos_path, env_id_of(envs), self.observation_space, self.action_space,
+                                         self.gamma, self.n_step, self.demo_memory_capacity)
+        self.demo_rows = int(round(self.buffer.batch_size * self.demo_sampling_ratio))
+
+    def _state(self):
+        return super()._state() | {"pretrained": self.pretrained}
+
+    def load(self, path, weights_only: bool = False):
+        state = super().load(path, weights_only)
+        self.pretrained = bool(state.get("pretrained", True))
+        return state
+
+    # ----- batches ------------------------------------------------------------------------------------
+    def demo_batch(self, rows: int) -> dict[str, np.ndarray]:
+        """`rows` demonstration transitions drawn uniformly, flagged as expert data."""
+        idx = self.rng.integers(0, len(self.demos), rows)
+        keys = ("obs", "actions", "rewards", "next_obs", "terminated", *N_STEP_KEYS)
+        batch = {k: getattr(self.demos, k).take(idx, axis=0) for k in keys}
+        return batch | {"expert": np.ones(rows, np.float32)}
+
+    def mixed_batches(self, n_batches: int) -> dict[str, np.ndarray]:
+        """`n_batches` batches, each `demo_rows` demonstrations and the rest from the replay."""
+        size, demo_rows = self.buffer.batch_size, self.demo_rows
+        demo = self.demo_batch(n_batches * demo_rows)
+        own_rows = size - demo_rows
+        own = self.buffer.sample(n_batches) if own_rows else None
+        parts = []
+        for b in range(n_batches):
+            part = {k: v[b * demo_rows:(b + 1) * demo_rows] for k, v in demo.items()}
+            if own is not None:
+                rows = slice(b * size, b * size + own_rows)  # the first own_rows of this batch's sample
+                own_part = {k: own[k][rows] for k in part if k != "expert"} | {"expert": np.zeros(own_rows, np.float32)}
+                part = {k: np.concatenate([part[k], own_part[k].astype(part[k].dtype, copy=False)]) for k in part}
+            parts.append(part)
+        return {k: np.concatenate([p[k] for p in parts]) for k in parts[0]}
+
+    # ----- the loss -------------------------------------------------------------------------------------
+    @no_autograph
+    def dqfd_loss(self, batch: dict[str, tf.Tensor]) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+        q = self.model(batch["obs"])
+        taken = tf.one_hot(tf.cast(batch["actions"], tf.int32), self.n_actions)
+        q_taken = tf.reduce_sum(q * taken, axis=-1)
+
+        def double_q_target(returns, next_obs, discounts):  # Double DQN's (DQN's with double=false)
+            next_q = self.target(next_obs)
+            best = tf.one_hot(tf.argmax(self.model(next_obs) if self.double else next_q, axis=-1), self.n_actions)
+            return tf.stop_gradient(returns + discounts * tf.reduce_sum(next_q * best, axis=-1))
+
+        one_step = double_q_target(batch["rewards"], batch["next_obs"], self.gamma * (1.0 - batch["terminated"]))
+        n_step = double_q_target(batch["n_step_returns"], batch["n_step_obs"], batch["n_step_discounts"])
+        td_loss = tf.reduce_mean(huber(q_taken - one_step))
+        n_step_loss = tf.reduce_mean(huber(q_taken - n_step))
+        expert = batch["expert"]
+        margin = large_margin_loss(q, batch["actions"], self.expert_margin)
+        supervised_loss = tf.reduce_sum(margin * expert) / tf.maximum(tf.reduce_sum(expert), 1.0)
+        l2 = tf.add_n([tf.reduce_sum(tf.square(w)) for w in self.model.trainable_variables if len(w.shape) > 1])
+        loss = (td_loss + self.n_step_weight * n_step_loss + self.supervised_weight * supervised_loss
+                + self.l2_weight * l2)
+        return loss, dict(loss=loss, td_loss=td_loss, n_step_loss=n_step_loss, supervised_loss=supervised_loss)
+
+    metric_names = ("loss", "td_loss", "n_step_loss", "supervised_loss")
+
+    @no_autograph
+    def update_batch(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """One gradient step on `dqfd_loss`."""
+        variables = self.model.trainable_variables
+        with tf.GradientTape() as tape:
+            loss, metrics = self.dqfd_loss(batch)
+        grads = tape.gradient(loss, variables)
+        if self.grad_norm is not None:
+            grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
+        self.optimizer.apply_gradients(zip(grads, variables))
+        return metrics
+
+    # ----- training -------------------------------------------------------------------------------------
+    def pretrain(self) -> dict[str, float]:
+        """`pretrain_steps` gradient steps on demonstrations alone (the target synced every
+        `target_sync_steps` of them), in calls of up to 1,000 steps."""
+        if not hasattr(self, "_update_fn"):
+            self._update_fn = tf.function(self._gradient_steps, autograph=False)
+        metrics, done, chunk = {}, 0, max(min(1000, self.target_sync_steps), 1)
+        while done < self.pretrain_steps:
+            n = min(chunk, self.pretrain_steps - done)
+            self._sync_fn()
+            batch = self.demo_batch(n * self.buffer.batch_size)
+            metrics = {k: float(v) for k, v in self._pretrain_fn(batch, tf.constant(n)).items()}
+            done += n
+        self._sync_fn()
+        self.pretrained = True
+        return metrics
+
+    def learn_from_replay(self) -> dict[str, float]:
+        if not hasattr(self, "_update_fn"):
+            self._update_fn = tf.function(self._gradient_steps, autograph=False)
+        return {k: float(v) for k, v in self._update_fn(self.mixed_batches(self.gradient_steps)).items()}
+
+    def train_iteration(self) -> dict[str, float]:
+        if not self.pretrained:
+            if not hasattr(self, "_pretrain_fn"):
+                self._pretrain_fn = tf.function(self._pretrain_steps, autograph=False)
+            return self.pretrain() | {"epsilon": self.epsilon}
+        return super().train_iteration()
+
+    @no_autograph
+    def _pretrain_steps(self, batch: dict[str, tf.Tensor], n: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`n` gradient steps on consecutive batch_size slices of a demonstration batch."""
+        size = self.buffer.batch_size
+        batch = {k: tf.reshape(v, [-1, size, *v.shape[1:]]) for k, v in batch.items()}
+
+        def step(g, totals):
+            metrics = self.update_batch({k: tf.gather(v, g) for k, v in batch.items()})
+            return g + 1, {k: totals[k] + metrics[k] for k in totals}
+
+        totals = {k: tf.constant(0.0) for k in self.metric_names}
+        _, totals = tf.while_loop(lambda g, _: g < n, step, (tf.constant(0), totals))
+        return {k: v / tf.cast(n, tf.float32) for k, v in totals.items()}

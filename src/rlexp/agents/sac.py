@@ -1,0 +1,176 @@
+"""Soft Actor-Critic (Haarnoja et al. 2018, with the automatic entropy tuning of Haarnoja et al. 2018b),
+continuous actions: a squashed Gaussian policy, twin critics with the minimum as target, an entropy bonus
+whose coefficient is learned towards a target entropy (or fixed)."""
+from __future__ import annotations
+
+import math
+
+import tensorflow as tf
+
+from rlexp.agents import distributions as D
+from rlexp.agents.distributions import no_autograph
+from rlexp.agents.off_policy import OffPolicyAgent, soft_update
+from rlexp.errors import UserError
+
+LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
+
+
+@no_autograph
+def squashed_gaussian(mean: tf.Tensor, log_std: tf.Tensor, noise: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+    """a = tanh(u), u = mean + std * noise, and its log-density by the change of variables:
+    log pi(a) = log N(u; mean, std) - sum_i log(1 - tanh(u_i)^2) (+1e-6 inside the log, as SB3 and CleanRL)."""
+    u = mean + tf.exp(log_std) * noise
+    action = tf.tanh(u)
+    log_prob = D.gaussian_log_prob(mean, log_std, u)
+    return action, log_prob - tf.reduce_sum(tf.math.log(1.0 - tf.square(action) + 1e-6), axis=-1)
+
+
+class SAC(OffPolicyAgent):
+    """SAC: maximise return + ent_coef * entropy with a tanh-squashed Gaussian actor and two critics.
+
+    Args (besides `OffPolicyAgent`'s):
+        tau: soft target update rate of the critics.
+        lr: actor, critic and entropy-coefficient learning rate.
+        ent_coef: 'auto' (learned, starting at `init_ent_coef`) or a fixed coefficient.
+        init_ent_coef: the learned coefficient's initial value.
+        target_entropy: 'auto' (-number of action dimensions) or a number.
+    """
+
+    action_spaces = ("continuous",)
+    default_models = {"image": "nature_cnn", "vector": "mlp_large"}
+    grouped_updates = True
+
+    def __init__(self, envs, model=None, buffer=None, *, tau: float = 0.005, lr: float = 3e-4,
+                 ent_coef: float | str = "auto", init_ent_coef: float = 1.0, target_entropy: float | str = "auto",
+                 train_freq: int = 1, gradient_steps: int = 1, **kwargs) -> None:
+        self.tau = float(tau)
+        self.learn_ent_coef = ent_coef == "auto"
+        try:
+            start = float(init_ent_coef if self.learn_ent_coef else ent_coef)
+            self.target_entropy_option = target_entropy if target_entropy == "auto" else float(target_entropy)
+        except (TypeError, ValueError):
+            raise UserError(f"agent.ent_coef={ent_coef!r} / agent.target_entropy={target_entropy!r} must be "
+                            "'auto' or a number") from None
+        if not start > 0:
+            raise UserError(f"agent.ent_coef / init_ent_coef must be positive, got {start}")
+        self.initial_log_ent_coef = math.log(start)
+        super().__init__(envs, model, buffer, train_freq=train_freq, gradient_steps=gradient_steps, lr=lr, **kwargs)
+        self.target_entropy = (-float(self.n_actions) if self.target_entropy_option == "auto"
+                               else self.target_entropy_option)
+
+    def build(self) -> None:
+        self.actor = self.build_model({"policy": 2 * self.n_actions}, name="actor")  # means and log stds
+
+        def critics(prefix):
+            return [self.build_model({"q": 1}, name=f"{prefix}{i}", extra_inputs=self.n_actions) for i in range(2)]
+
+        self.critics, self.target_critics = critics("critic"), critics("target_critic")
+        for target, critic in zip(self.target_critics, self.critics):
+            target.set_weights(critic.get_weights())
+        self.log_ent_coef = tf.Variable(self.initial_log_ent_coef, name="log_ent_coef")
+        self.actor_optimizer, self.critic_optimizer = self.make_optimizer(), self.make_optimizer()
+        self.actor_optimizer.build(self.trainable_variables("actor"))
+        self.critic_optimizer.build(self.trainable_variables("critic"))
+        if self.learn_ent_coef:
+            self.ent_coef_optimizer = self.make_optimizer()
+            self.ent_coef_optimizer.build([self.log_ent_coef])
+        self.updates = tf.Variable(0, dtype=tf.int64, name="updates")
+
+    def models(self):
+        names = {"actor": self.actor}
+        for i, (critic, target) in enumerate(zip(self.critics, self.target_critics)):
+            names |= {f"critic{i}": critic, f"target_critic{i}": target}
+        return names
+
+    def optimizers(self):
+        optimizers = {"actor": self.actor_optimizer, "critic": self.critic_optimizer}
+        return optimizers | ({"ent_coef": self.ent_coef_optimizer} if self.learn_ent_coef else {})
+
+    def trainable_variables(self, optimizer_name: str) -> list[tf.Variable]:
+        if optimizer_name == "actor":
+            return self.actor.trainable_variables
+        if optimizer_name == "ent_coef":
+            return [self.log_ent_coef]
+        return [v for critic in self.critics for v in critic.trainable_variables]
+
+    def extra_variables(self):
+        return {"updates": self.updates, "log_ent_coef": self.log_ent_coef}
+
+    # ----- the policy -------------------------------------------------------------------------------
+    @no_autograph
+    def mean_log_std(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        mean, log_std = tf.split(self.actor(obs), 2, axis=-1)
+        return mean, tf.clip_by_value(log_std, LOG_STD_MIN, LOG_STD_MAX)
+
+    @no_autograph
+    def sample(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
+        """Actions in [-1, 1] drawn from the squashed Gaussian, with their log-probabilities."""
+        mean, log_std = self.mean_log_std(obs)
+        return squashed_gaussian(mean, log_std, self.tf_rng.normal(tf.shape(mean)))
+
+    @no_autograph
+    def explore(self, obs: tf.Tensor) -> tf.Tensor:
+        return self.sample(obs)[0]
+
+    @no_autograph
+    def policy(self, obs):
+        return self.to_env(tf.tanh(self.mean_log_std(obs)[0]))
+
+    @no_autograph
+    def q(self, critic, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
+        return critic(tf.concat([tf.cast(obs, tf.float32), actions], axis=-1))[:, 0]
+
+    # ----- learning ---------------------------------------------------------------------------------
+    @no_autograph
+    def critic_targets(self, rewards, next_obs, terminated, ent_coef) -> tf.Tensor:
+        """r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - ent_coef * log pi(a'|s')), a' ~ pi(s')."""
+        next_actions, next_log_prob = self.sample(next_obs)
+        next_q = tf.minimum(*[self.q(c, next_obs, next_actions) for c in self.target_critics])
+        return rewards + self.gamma * (1.0 - terminated) * (next_q - ent_coef * next_log_prob)
+
+    @no_autograph
+    def critic_step(self, obs, actions, rewards, next_obs, terminated) -> tf.Tensor:
+        """One gradient step of both critics on half their summed squared TD errors (SB3's loss)."""
+        ent_coef = tf.exp(self.log_ent_coef)
+        targets = tf.stop_gradient(self.critic_targets(rewards, next_obs, terminated, ent_coef))
+        variables = self.trainable_variables("critic")
+        with tf.GradientTape() as tape:
+            loss = 0.5 * tf.add_n([tf.reduce_mean(tf.square(self.q(c, obs, actions) - targets)) for c in self.critics])
+        self.critic_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        self.updates.assign_add(1)
+        return loss
+
+    @no_autograph
+    def actor_step(self, obs, target_updates: bool = True) -> tf.Tensor:
+        """One actor step on mean(ent_coef * log pi(a|s) - min_i Q_i(s, a)), then the entropy coefficient's
+        step on -log(ent_coef) * (log pi(a|s) + target_entropy) with the same samples, and (by default) the
+        critics' soft target updates."""
+        ent_coef = tf.exp(self.log_ent_coef)  # this step's coefficient, before its own update
+        variables = self.trainable_variables("actor")
+        with tf.GradientTape() as tape:
+            actions, log_prob = self.sample(obs)
+            q = tf.minimum(*[self.q(c, obs, actions) for c in self.critics])
+            loss = tf.reduce_mean(ent_coef * log_prob - q)
+        self.actor_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+        if self.learn_ent_coef:
+            with tf.GradientTape() as tape:
+                ent_coef_loss = -tf.reduce_mean(self.log_ent_coef * tf.stop_gradient(log_prob + self.target_entropy))
+            self.ent_coef_optimizer.apply_gradients([(tape.gradient(ent_coef_loss, self.log_ent_coef),
+                                                      self.log_ent_coef)])
+        if target_updates:
+            self.target_updates()
+        return loss
+
+    @no_autograph
+    def target_updates(self) -> None:
+        for target, critic in zip(self.target_critics, self.critics):
+            soft_update(target.variables, critic.variables, self.tau)
+
+    @no_autograph
+    def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
+        critic_loss = self.critic_step(obs, actions, rewards, next_obs, terminated)
+        return dict(critic_loss=critic_loss, actor_loss=self.actor_step(obs))
+
+    def train_iteration(self) -> dict[str, float]:
+        metrics = super().train_iteration()
+        return metrics | ({"ent_coef": math.exp(float(self.log_ent_coef.numpy()))} if metrics else {})

@@ -1,0 +1,119 @@
+"""SAC's squashed Gaussian, entropy coefficient and twin-critic target; NAF's L and advantage term — against
+finite differences, NumPy and hand-computed values."""
+import numpy as np
+import pytest
+import tensorflow as tf
+from scipy.stats import norm
+
+from rlexp.agents import NAF, SAC
+from rlexp.agents.naf import advantage, lower_triangular
+from rlexp.agents.sac import squashed_gaussian
+from rlexp.buffers import ReplayBuffer
+from rlexp.envs import make_envs
+
+
+def test_squashed_log_prob_is_the_density_of_tanh_of_a_gaussian():
+    """The density of a = tanh(u), u ~ N(m, s), from finite differences of its CDF, Phi((atanh(a) - m) / s)."""
+    mean = np.array([[0.3, -0.8], [1.2, 0.0]], np.float32)
+    log_std = np.log(np.array([[0.5, 1.3], [0.2, 0.9]], np.float32))
+    noise = np.array([[0.4, -1.1], [-0.7, 2.0]], np.float32)
+    actions, log_prob = (x.numpy() for x in squashed_gaussian(mean, log_std, noise))
+    np.testing.assert_allclose(actions, np.tanh(mean + np.exp(log_std) * noise), rtol=1e-6)
+    h = 1e-4
+    a, m, s = actions.astype(np.float64), mean.astype(np.float64), np.exp(log_std.astype(np.float64))
+    density = (norm.cdf((np.arctanh(a + h) - m) / s) - norm.cdf((np.arctanh(a - h) - m) / s)) / (2 * h)
+    np.testing.assert_allclose(log_prob, np.log(density).sum(axis=-1), rtol=2e-4, atol=2e-4)
+
+
+def small_sac(**kwargs):
+    return SAC(make_envs("Pendulum-v1", n_envs=1, seed=0, vectorization="sync"), model="mlp",
+               buffer=ReplayBuffer(1000, 10, 4), seed=0, **kwargs)
+
+
+def fixed_samples(agent, log_prob):
+    """Make `agent.sample` return fixed actions and log-probabilities (still connected to the actor, with
+    zero gradients, so that the actor's optimizer step runs)."""
+    actions = tf.constant(np.linspace(-0.5, 0.5, len(log_prob))[:, None], tf.float32)
+
+    def sample(obs):
+        zero = 0.0 * tf.reduce_sum(agent.mean_log_std(obs)[0])
+        return actions + zero, tf.constant(log_prob, tf.float32) + zero
+
+    agent.sample = sample
+    return actions
+
+
+def test_entropy_coefficient_moves_towards_the_target_entropy():
+    """One Adam step on -log(alpha) * (log pi + target): log alpha moves by -lr * g / (|g| + eps), with
+    g = -(mean(log pi) + target). Too little entropy (log pi high) raises alpha, too much lowers it."""
+    for log_prob, direction in (([3.0, 1.0], 1.0), ([-3.0, -2.0], -1.0)):
+        agent = small_sac(lr=1e-2, init_ent_coef=0.5)
+        fixed_samples(agent, np.array(log_prob))
+        before = float(agent.log_ent_coef.numpy())
+        agent.actor_step(tf.zeros((2, 3)))
+        g = -(np.mean(log_prob) + agent.target_entropy)  # target_entropy = -1 for Pendulum
+        assert agent.target_entropy == -1.0
+        step = float(agent.log_ent_coef.numpy()) - before
+        assert step == pytest.approx(-1e-2 * g / (abs(g) + 1e-7), rel=1e-4)
+        assert np.sign(step) == direction
+
+
+def test_fixed_entropy_coefficient_is_not_learned():
+    agent = small_sac(ent_coef=0.2)
+    fixed_samples(agent, np.array([5.0, 5.0]))
+    agent.actor_step(tf.zeros((2, 3)))
+    assert float(np.exp(agent.log_ent_coef.numpy())) == pytest.approx(0.2)
+    assert "ent_coef" not in agent.optimizers()
+
+
+def test_critic_target_is_the_smaller_target_critic_minus_the_entropy_term():
+    agent = small_sac(init_ent_coef=0.3)
+    next_obs = np.array([[1.0, 0.0, 0.5], [0.0, 1.0, -2.0]], np.float32)
+    actions = fixed_samples(agent, np.array([-1.5, 0.7]))
+    q = [c(np.concatenate([next_obs, actions.numpy()], axis=1)).numpy()[:, 0] for c in agent.target_critics]
+    assert not np.allclose(q[0], q[1])
+    rewards, terminated = np.array([1.0, -2.0], np.float32), np.array([0.0, 1.0], np.float32)
+    targets = agent.critic_targets(rewards, next_obs, terminated, tf.constant(0.3)).numpy()
+    soft_value = np.minimum(q[0], q[1]) - 0.3 * np.array([-1.5, 0.7])
+    np.testing.assert_allclose(targets, [1.0 + 0.99 * soft_value[0], -2.0], rtol=1e-5)
+
+
+def test_sac_learns_pendulum_actions_through_its_loop():
+    """A short run through the fused loop: warm-up, updates, entropy coefficient and greedy actions in bounds."""
+    agent = small_sac()
+    agent.fit(300, progress="none")
+    assert int(agent.updates.numpy()) == 290  # one update per env step after the 10 warm-up steps
+    assert float(agent.log_ent_coef.numpy()) < 0  # alpha falls from 1 while the policy is still wide
+    actions = agent.act(np.random.default_rng(0).normal(size=(5, 3)).astype(np.float32))
+    assert actions.shape == (5, 1) and np.all(np.abs(actions) <= 2.0)
+
+
+def test_naf_lower_triangular_by_hand():
+    entries = np.array([[0.0, 2.0, np.log(3.0)], [np.log(0.5), -1.0, 0.0]], np.float32)  # L00, L10, L11
+    lower = lower_triangular(tf.constant(entries), 2).numpy()
+    np.testing.assert_allclose(lower, [[[1.0, 0.0], [2.0, 3.0]], [[0.5, 0.0], [-1.0, 1.0]]], rtol=1e-6)
+    three = lower_triangular(tf.constant(np.arange(6, dtype=np.float32)[None]), 3).numpy()[0]
+    np.testing.assert_allclose(three, [[1.0, 0, 0], [1.0, np.exp(2.0), 0], [3.0, 4.0, np.exp(5.0)]], rtol=1e-6)
+
+
+def test_naf_advantage_is_the_quadratic_form_of_p_and_zero_at_mu():
+    rng = np.random.default_rng(0)
+    lower = np.tril(rng.normal(size=(4, 3, 3))).astype(np.float32)
+    mu, actions = (rng.uniform(-1, 1, (4, 3)).astype(np.float32) for _ in range(2))
+    p = lower @ np.transpose(lower, (0, 2, 1))
+    d = actions - mu
+    expected = -0.5 * np.einsum("bi,bij,bj->b", d, p, d)
+    np.testing.assert_allclose(advantage(actions, mu, lower).numpy(), expected, rtol=1e-5)
+    np.testing.assert_allclose(advantage(mu, mu, lower).numpy(), 0.0, atol=1e-7)
+
+
+def test_naf_q_is_largest_at_mu_and_its_target_is_v():
+    agent = NAF(make_envs("Pendulum-v1", n_envs=1, seed=0, vectorization="sync"), model="mlp",
+                buffer=ReplayBuffer(1000, 10, 4), seed=0)
+    obs = np.random.default_rng(1).normal(size=(6, 3)).astype(np.float32)
+    value, mu, _ = (x.numpy() for x in agent.heads(agent.model, obs))
+    np.testing.assert_allclose(agent.q(obs, mu).numpy(), value, rtol=1e-6)  # max_a Q(s, a) = V(s) at a = mu
+    for a in np.linspace(-1, 1, 5):
+        assert np.all(agent.q(obs, np.full((6, 1), a, np.float32)).numpy() <= value + 1e-6)
+    agent.fit(200, progress="none")
+    assert int(agent.updates.numpy()) == 190
