@@ -30,6 +30,8 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "dqn-cartpole-100k": (["agent=dqn", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
     "td3-pendulum": (["agent=td3", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
     "ddpg-pendulum": (["agent=ddpg", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    "sac-pendulum": (["agent=sac", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    "naf-pendulum": (["agent=naf", "env=pendulum", "run.max_steps=5e4", "run.target_reward=null"], -250),
     "trpo-pendulum": (["agent=trpo", "env=pendulum", "run.max_steps=1e5", "run.target_reward=null"], -250),
     "a2c-pendulum": (["agent=a2c", "env=pendulum", "run.max_steps=1e6", "run.target_reward=null"], -300),
     "ppo-pendulum": (["agent=ppo", "env=pendulum", "run.max_steps=3e5", "run.target_reward=null"], -250),
@@ -38,6 +40,9 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "td3-lunarlander-continuous": (["agent=td3", "env=lunarlander_continuous", "run.max_steps=3e5",
                                     "run.target_reward=null"], 200),
     "td3-bipedal": (["agent=td3", "env=bipedal", "run.max_steps=1e6", "run.target_reward=null"], 250),
+    "sac-lunarlander-continuous": (["agent=sac", "env=lunarlander_continuous", "run.max_steps=5e5",
+                                    "run.target_reward=null"], 200),
+    "sac-bipedal": (["agent=sac", "env=bipedal", "run.max_steps=5e5", "run.target_reward=null"], 250),
     # throughput only (threshold None): 25k agent steps = 100k frames (frame skip 4)
     "acer-pong": (["agent=acer", "env=pong", "run.max_steps=25000", "run.target_reward=null",
                    "run.eval_episodes=1"], None),

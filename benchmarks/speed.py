@@ -28,6 +28,7 @@ CASES = {  # same hyperparameters, networks, env steps and gradient updates as s
     "a2c-cartpole": ["agent=a2c", "env=cartpole", "run.max_steps=2e5", "run.target_reward=null"],
     "dqn-cartpole": ["agent=dqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null", "agent.lr=2.3e-3"],
     "td3-pendulum": ["agent=td3", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
+    "sac-pendulum": ["agent=sac", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
 }
 SUMMARY = re.compile(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s .*\| eval (-?[\d.]+) ± ([\d.]+)")
 

@@ -97,8 +97,10 @@ def test_default_command_solves_cartpole(tmp_path):
     ["agent=td3", "env=pendulum", "run.max_steps=1000", "buffer.initial_size=300"],
     ["agent=trpo", "env=cartpole", "run.max_steps=2048"],
     ["agent=trpo", "env=pendulum", "run.max_steps=2048", "agent.n_steps=512"],
+    ["agent=sac", "env=pendulum", "run.max_steps=600", "buffer.initial_size=300"],
+    ["agent=naf", "env=pendulum", "run.max_steps=600", "buffer.initial_size=300"],
 ], ids=["dqn", "ddqn", "ppo-continuous", "ppo-atari", "dqn-atari", "a2c-discrete", "a2c-continuous", "acer-discrete",
-        "ddpg-continuous", "td3-continuous", "trpo-discrete", "trpo-continuous"])
+        "ddpg-continuous", "td3-continuous", "trpo-discrete", "trpo-continuous", "sac-continuous", "naf-continuous"])
 def test_agents_train_checkpoint_and_play(tmp_path, args):
     result = rlexp(tmp_path, *args, "run.eval_episodes=1")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
@@ -132,6 +134,10 @@ def test_kill_then_resume_continues_the_history(tmp_path):
 @pytest.mark.parametrize("args, message", [
     (["agent=dqn", "env=pendulum"], "agent=dqn does not support continuous actions"),
     (["agent=td3", "env=cartpole"], "agent=td3 does not support discrete actions"),
+    (["agent=sac", "env=cartpole"], "agent=sac does not support discrete actions"),
+    (["agent=naf", "env=cartpole"], "agent=naf does not support discrete actions"),
+    (["agent=dqfd", "env=pendulum"], "agent=dqfd does not support continuous actions"),
+    (["agent=dqfd"], "agent.demos is not set"),
     (["env.id=NoSuchEnv-v0"], "env.id='NoSuchEnv-v0' is not a registered gymnasium id"),
     (["mode=play"], "train first"),
     (["mode=play", "+checkpoint=no/such/run"], "does not exist"),
@@ -144,7 +150,7 @@ def test_kill_then_resume_continues_the_history(tmp_path):
     (["env.n_envs=0"], "env.n_envs=0 must be at least 1"),
     (["agent.gamma=1.5"], "agent.gamma=1.5 must be in (0, 1]"),
     (["+oops=[1,2"], "no viable alternative"),
-], ids=["action-space", "td3-discrete", "env-id", "play-no-run", "missing-checkpoint", "missing-resume", "buffer-sizes",
+], ids=["action-space", "td3-discrete", "sac-discrete", "naf-discrete", "dqfd-continuous", "dqfd-no-demos", "env-id", "play-no-run", "missing-checkpoint", "missing-resume", "buffer-sizes",
         "cnn-on-vector", "unknown-group-option", "lr-type", "buffer-type", "n-envs", "gamma-range", "override-syntax"])
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
     result = rlexp(tmp_path, *args, "run.max_steps=100")

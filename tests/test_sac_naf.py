@@ -117,3 +117,23 @@ def test_naf_q_is_largest_at_mu_and_its_target_is_v():
         assert np.all(agent.q(obs, np.full((6, 1), a, np.float32)).numpy() <= value + 1e-6)
     agent.fit(200, progress="none")
     assert int(agent.updates.numpy()) == 190
+
+
+def test_ornstein_uhlenbeck_exploration_follows_its_recursion():
+    """x_t = x_{t-1} - theta x_{t-1} dt + sigma sqrt(dt) n_t with the agent's own normal draws, per env."""
+    from rlexp.agents import TD3
+
+    agent = TD3(make_envs("Pendulum-v1", n_envs=2, seed=0, vectorization="sync"), model="mlp",
+                buffer=ReplayBuffer(1000, 10, 4), seed=0, noise_type="ornstein_uhlenbeck", step_noise_coef=0.5,
+                ou_theta=0.3)
+    obs = tf.constant(np.random.default_rng(0).normal(size=(2, 3)), tf.float32)
+    twin = tf.random.Generator.from_state(agent.tf_rng.state.numpy(), agent.tf_rng.algorithm)
+    mean = np.tanh(agent.actor(obs).numpy())
+    x = np.zeros((2, 1))
+    for _ in range(3):
+        actions = agent.explore(obs).numpy()
+        n = twin.normal([2, 1]).numpy()
+        x = x - 0.3 * x * 0.01 + 0.5 * np.sqrt(0.01) * n
+        np.testing.assert_allclose(actions, np.clip(mean + x, -1, 1), rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(agent.ou_noise.numpy(), x, rtol=1e-5)
+    assert "ou_noise" in agent.resume_variables()

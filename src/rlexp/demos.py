@@ -65,6 +65,7 @@ class DemoRecorder:
                                  truncations=list(e["truncations"]), infos={})
                    for i, e in enumerate(self.episodes)]
         # written into a temporary dir, then moved into place: a failure leaves no half-written dataset
+        root.mkdir(parents=True, exist_ok=True)
         scratch = Path(tempfile.mkdtemp(prefix=".demos-", dir=root))
         previous = os.environ.get("MINARI_DATASETS_PATH")
         os.environ["MINARI_DATASETS_PATH"] = str(scratch)
