@@ -98,9 +98,10 @@ def test_default_command_solves_cartpole(tmp_path):
     ["agent=trpo", "env=cartpole", "run.max_steps=2048"],
     ["agent=trpo", "env=pendulum", "run.max_steps=2048", "agent.n_steps=512"],
     ["agent=sac", "env=pendulum", "run.max_steps=600", "buffer.initial_size=300"],
+    ["agent=sac", "env=pendulum", "run.max_steps=600", "buffer.initial_size=300", "agent.use_sde=true"],
     ["agent=naf", "env=pendulum", "run.max_steps=600", "buffer.initial_size=300"],
 ], ids=["dqn", "ddqn", "ppo-continuous", "ppo-atari", "dqn-atari", "a2c-discrete", "a2c-continuous", "acer-discrete",
-        "ddpg-continuous", "td3-continuous", "trpo-discrete", "trpo-continuous", "sac-continuous", "naf-continuous"])
+        "ddpg-continuous", "td3-continuous", "trpo-discrete", "trpo-continuous", "sac-continuous", "sac-gsde", "naf-continuous"])
 def test_agents_train_checkpoint_and_play(tmp_path, args):
     result = rlexp(tmp_path, *args, "run.eval_episodes=1")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]

@@ -137,3 +137,22 @@ def test_ornstein_uhlenbeck_exploration_follows_its_recursion():
         np.testing.assert_allclose(actions, np.clip(mean + x, -1, 1), rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(agent.ou_noise.numpy(), x, rtol=1e-5)
     assert "ou_noise" in agent.resume_variables()
+
+
+def test_sac_gsde_log_prob_and_noise_held_between_draws():
+    agent = small_sac(use_sde=True, sde_sample_freq=2, log_std_init=-1.0)
+    obs = np.random.default_rng(2).normal(size=(4, 3)).astype(np.float32)
+    mean, features = (x.numpy() for x in agent.actor(obs))
+    std = np.exp(agent.log_std.numpy())
+    variance = np.square(features) @ np.square(std) + 1e-6
+    actions, log_prob = (x.numpy() for x in agent.sample(obs))
+    u = np.arctanh(np.clip(actions, -1 + 1e-7, 1 - 1e-7)).astype(np.float64)
+    expected = norm.logpdf(u, np.clip(mean, -2, 2), np.sqrt(variance)).sum(-1) - np.log(1 - actions**2 + 1e-6).sum(-1)
+    np.testing.assert_allclose(log_prob, expected, rtol=1e-3, atol=1e-3)
+    one = obs[:1]
+    first, second, third = (agent.explore(one).numpy() for _ in range(3))
+    np.testing.assert_array_equal(first, second)  # the same noise matrix for sde_sample_freq=2 steps
+    assert not np.array_equal(second, third)
+    matrix = agent.sde_noise.numpy()[0]
+    np.testing.assert_allclose(third, np.tanh(np.clip(mean[:1], -2, 2) + features[:1] @ matrix), rtol=1e-5)
+    assert set(agent.resume_variables()) == {"sde_noise", "sde_steps"} and "log_std" in agent.extra_variables()

@@ -34,6 +34,10 @@ class SAC(OffPolicyAgent):
         ent_coef: 'auto' (learned, starting at `init_ent_coef`) or a fixed coefficient.
         init_ent_coef: the learned coefficient's initial value.
         target_entropy: 'auto' (-number of action dimensions) or a number.
+        use_sde: generalised state-dependent exploration (Raffin et al. 2022, as SB3's SAC): the Gaussian's
+            variance is the actor's last hidden features squared times a learned [features, actions] matrix of
+            stds (from `log_std_init`), means clipped to +-2; when stepping, the noise is the features times a
+            random matrix per env, drawn every `sde_sample_freq` env steps (-1: every update phase).
     """
 
     action_spaces = ("continuous",)
@@ -42,8 +46,11 @@ class SAC(OffPolicyAgent):
 
     def __init__(self, envs, model=None, buffer=None, *, tau: float = 0.005, lr: float = 3e-4,
                  ent_coef: float | str = "auto", init_ent_coef: float = 1.0, target_entropy: float | str = "auto",
+                 use_sde: bool = False, sde_sample_freq: int = -1, log_std_init: float = -3.0,
                  train_freq: int = 1, gradient_steps: int = 1, **kwargs) -> None:
         self.tau = float(tau)
+        self.sde, self.log_std_init = bool(use_sde), float(log_std_init)
+        self.sde_sample_freq = int(sde_sample_freq) if int(sde_sample_freq) > 0 else int(train_freq)
         self.learn_ent_coef = ent_coef == "auto"
         try:
             start = float(init_ent_coef if self.learn_ent_coef else ent_coef)
@@ -59,7 +66,14 @@ class SAC(OffPolicyAgent):
                                else self.target_entropy_option)
 
     def build(self) -> None:
-        self.actor = self.build_model({"policy": 2 * self.n_actions}, name="actor")  # means and log stds
+        if self.sde:  # means, and the last hidden features the noise is made from
+            self.actor = self.build_model({"policy": self.n_actions}, name="actor", latent_of="policy")
+            shape = [int(self.actor.outputs[-1].shape[-1]), self.n_actions]
+            self.log_std = tf.Variable(tf.fill(shape, self.log_std_init), name="log_std")
+            self.sde_noise = tf.Variable(tf.zeros([self.n_envs, *shape]), name="sde_noise")  # one matrix per env
+            self.sde_steps = tf.Variable(0, dtype=tf.int64, name="sde_steps")
+        else:
+            self.actor = self.build_model({"policy": 2 * self.n_actions}, name="actor")  # means and log stds
 
         def critics(prefix):
             return [self.build_model({"q": 1}, name=f"{prefix}{i}", extra_inputs=self.n_actions) for i in range(2)]
@@ -88,13 +102,17 @@ class SAC(OffPolicyAgent):
 
     def trainable_variables(self, optimizer_name: str) -> list[tf.Variable]:
         if optimizer_name == "actor":
-            return self.actor.trainable_variables
+            return self.actor.trainable_variables + ([self.log_std] if self.sde else [])
         if optimizer_name == "ent_coef":
             return [self.log_ent_coef]
         return [v for critic in self.critics for v in critic.trainable_variables]
 
     def extra_variables(self):
-        return {"updates": self.updates, "log_ent_coef": self.log_ent_coef}
+        return {"updates": self.updates, "log_ent_coef": self.log_ent_coef} | (
+            {"log_std": self.log_std} if self.sde else {})
+
+    def resume_variables(self):
+        return {"sde_noise": self.sde_noise, "sde_steps": self.sde_steps} if self.sde else {}
 
     # ----- the policy -------------------------------------------------------------------------------
     @no_autograph
@@ -103,18 +121,41 @@ class SAC(OffPolicyAgent):
         return mean, tf.clip_by_value(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
     @no_autograph
+    def sde_params(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+        """gSDE: means (clipped to +-2), features, and the log std of each action: var_k = sum_j f_j^2 std_jk^2."""
+        mean, features = self.actor(obs)
+        variance = tf.matmul(tf.square(features), tf.exp(2.0 * self.log_std))
+        return tf.clip_by_value(mean, -2.0, 2.0), features, 0.5 * tf.math.log(variance + 1e-6)
+
+    @no_autograph
     def sample(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Actions in [-1, 1] drawn from the squashed Gaussian, with their log-probabilities."""
-        mean, log_std = self.mean_log_std(obs)
-        return squashed_gaussian(mean, log_std, self.tf_rng.normal(tf.shape(mean)))
+        """Actions in [-1, 1] drawn from the squashed Gaussian, with their log-probabilities (with gSDE, one
+        noise matrix for the whole batch, drawn anew on each call and differentiable in the stds)."""
+        if not self.sde:
+            mean, log_std = self.mean_log_std(obs)
+            return squashed_gaussian(mean, log_std, self.tf_rng.normal(tf.shape(mean)))
+        mean, features, log_std = self.sde_params(obs)
+        noise = tf.matmul(features, tf.exp(self.log_std) * self.tf_rng.normal(tf.shape(self.log_std)))
+        return squashed_gaussian(mean, log_std, noise * tf.exp(-log_std))
 
     @no_autograph
     def explore(self, obs: tf.Tensor) -> tf.Tensor:
-        return self.sample(obs)[0]
+        if not self.sde:
+            return self.sample(obs)[0]
+        tf.cond(self.sde_steps % self.sde_sample_freq == 0, self._resample_sde_noise_then_0, lambda: tf.constant(0))
+        self.sde_steps.assign_add(1)
+        mean, features, _ = self.sde_params(obs)
+        return tf.tanh(mean + tf.einsum("nd,nda->na", features, self.sde_noise))
+
+    @no_autograph
+    def _resample_sde_noise_then_0(self) -> tf.Tensor:
+        self.sde_noise.assign(tf.exp(self.log_std) * self.tf_rng.normal(tf.shape(self.sde_noise)))
+        return tf.constant(0)
 
     @no_autograph
     def policy(self, obs):
-        return self.to_env(tf.tanh(self.mean_log_std(obs)[0]))
+        mean = self.sde_params(obs)[0] if self.sde else self.mean_log_std(obs)[0]
+        return self.to_env(tf.tanh(mean))
 
     @no_autograph
     def q(self, critic, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
