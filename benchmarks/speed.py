@@ -2,8 +2,10 @@
 
 Usage: python benchmarks/speed.py --sb3-python /path/to/sb3-venv/bin/python [--reps 3] [CASE ...]
 rlexp runs through the normal CLI with RL Zoo's hyperparameters (the tuned presets); SB3 runs
-../shared/bench/sb3_cases.py. Prints one JSON line per run and a Markdown table of medians, and writes the table (date, command,
-commit, machine, per-seed times) to benchmarks/results/speed.md, replacing the old one (`--no-write`: print only).
+../shared/bench/sb3_cases.py. Prints one JSON line per run and a Markdown table of medians. The runs are merged into
+benchmarks/results/speed.json (a case measured again replaces that case's runs; each run keeps its date,
+commit and machine) and benchmarks/results/speed.md is rewritten from it (`--no-write`: print only;
+`--record LOG`: merge the JSON lines of an earlier run's output instead of running).
 """
 from __future__ import annotations
 
@@ -19,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from current import now, write_table  # noqa: E402
+from current import RESULTS, command_line, commit, machine, now, write_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 SB3_CASES = ROOT.parent / "shared" / "bench" / "sb3_cases.py"
@@ -69,7 +71,8 @@ def run_sb3(python: str, case: str, seed: int) -> dict:
 
 
 def table(rows: list[dict], cases: list[str]) -> str:
-    """Markdown table of medians per case and tool, the ratio SB3 time / rlexp time, then per-seed lines."""
+    """Markdown table of medians per case and tool, the ratio SB3 time / rlexp time, then per-seed lines
+    (with when, at which commit and on which CPU each case was measured, where the rows say)."""
     lines = ["| case | tool | train s (median) | steps/s | peak RSS MB | eval mean (median) | wall s (median) "
              "| SB3 time / rlexp time |", "|---|---|---|---|---|---|---|---|"]
     per_seed = []
@@ -84,9 +87,29 @@ def table(rows: list[dict], cases: list[str]) -> str:
                          f"{statistics.median(r['peak_rss_mb'] for r in rs):,.0f} | "
                          f"{statistics.median(r['eval_mean'] for r in rs):.1f} | "
                          f"{statistics.median(r['wall_s'] for r in rs):.1f} | {ratio} |")
-            per_seed.append(f"- {case}, {tool}: train s " + " / ".join(f"{r['seconds']:g}" for r in rs)
+            where = f" ({rs[0]['date']}, commit {rs[0]['commit']}, {rs[0]['machine']})" if "date" in rs[0] else ""
+            per_seed.append(f"- {case}, {tool}{where}: train s " + " / ".join(f"{r['seconds']:g}" for r in rs)
                             + "; eval " + " / ".join(f"{r['eval_mean']:g}" for r in rs))
     return "\n".join(lines + [""] + per_seed)
+
+
+def record(rows: list[dict], reps: int) -> None:
+    """Merge `rows` into results/speed.json, replacing the cases they measure, and rewrite speed.md."""
+    store = RESULTS / "speed.json"
+    kept = json.loads(store.read_text()) if store.exists() else []
+    new_cases = {r["case"] for r in rows}
+    merged = [r for r in kept if r["case"] not in new_cases] + rows
+    merged.sort(key=lambda r: list(CASES).index(r["case"]) if r["case"] in CASES else len(CASES))
+    RESULTS.mkdir(exist_ok=True)
+    store.write_text(json.dumps(merged, indent=1) + "\n")
+    note = ("rlexp runs the CLI with the tuned presets (RL Zoo's values); SB3 runs ../shared/bench/sb3_cases.py "
+            "with the same hyperparameters, networks, env steps and updates. They alternate per seed (seeds 0.."
+            f"{reps - 1}), nothing else running; times are training seconds, medians over the seeds. Ratios are "
+            "only taken within one case's side-by-side runs.\n\n")
+    commands = list(dict.fromkeys(r["command"] for r in merged if "command" in r))
+    note += "Measured by " + "; ".join(f"`{c}`" for c in commands) + ".\n\n" if commands else ""
+    cases = list(dict.fromkeys(r["case"] for r in merged))
+    print(write_table("speed", "Speed: rlexp vs Stable-Baselines3, side by side", note + table(merged, cases)))
 
 
 def main() -> None:
@@ -95,26 +118,25 @@ def main() -> None:
     parser.add_argument("--sb3-python", required=False)
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--no-write", action="store_true", help="print the table only")
+    parser.add_argument("--record", metavar="LOG", help="merge an earlier run's JSON lines instead of running")
     opts = parser.parse_args()
+    if opts.record:
+        return record([json.loads(line) for line in open(opts.record) if line.startswith("{")], opts.reps)
     unknown = [c for c in opts.cases if c not in CASES]
     if unknown:
         parser.error(f"unknown case {', '.join(unknown)}; choose from {', '.join(CASES)}")
-    started = now()
     rows = []
+    where = dict(commit=commit(), machine=machine().split(",")[0], command=command_line())
     for case in opts.cases:
         for rep in range(opts.reps):
-            rows.append(run_rlexp(case, rep))
+            rows.append(run_rlexp(case, rep) | where | {"date": now()})
             print(json.dumps(rows[-1]), flush=True)
             if opts.sb3_python:
-                rows.append(run_sb3(opts.sb3_python, case, rep))
+                rows.append(run_sb3(opts.sb3_python, case, rep) | where | {"date": now()})
                 print(json.dumps(rows[-1]), flush=True)
-    text = table(rows, opts.cases)
-    print("\n" + text)
+    print("\n" + table(rows, opts.cases))
     if not opts.no_write and opts.sb3_python:
-        note = ("rlexp runs the CLI with the tuned presets (RL Zoo's values); SB3 runs ../shared/bench/sb3_cases.py "
-                "with the same hyperparameters, networks, env steps and updates. They alternate per seed (seeds 0.."
-                f"{opts.reps - 1}); times are training seconds, medians over the seeds.\n\n")
-        print(write_table("speed", "Speed: rlexp vs Stable-Baselines3, side by side", note + text, started))
+        record(rows, opts.reps)
 
 
 if __name__ == "__main__":

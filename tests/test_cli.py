@@ -58,6 +58,23 @@ def test_play_writes_a_readable_video_and_frames(trained):
     assert frames and all(int(f.stem.split("_")[-1]) % 5 == 0 for f in frames)
 
 
+def test_play_records_demonstrations_that_dqfd_trains_from_and_plays(trained, tmp_path):
+    cwd, _ = trained
+    demos = tmp_path / "demos"
+    record = rlexp(cwd, "mode=play", f"+checkpoint={run_dirs(cwd)[0]}", "play.episodes=3", f"+demo_dir={demos}")
+    assert record.returncode == 0 and "3 episodes, Minari format" in record.stdout, record.stderr[-2000:]
+    again = rlexp(cwd, "mode=play", f"+checkpoint={run_dirs(cwd)[0]}", f"+demo_dir={demos}")
+    assert again.returncode == 2 and "holds demonstrations already" in again.stdout + again.stderr
+    args = ["agent=dqfd", f"agent.demos={demos}", "agent.pretrain_steps=50", "run.max_steps=600",
+            "buffer.initial_size=200", "run.eval_episodes=1"]
+    result = rlexp(tmp_path, *args)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    play = rlexp(tmp_path, "agent=dqfd", "mode=play")
+    assert play.returncode == 0 and "episode 1: return" in play.stdout, play.stderr[-2000:]
+    wrong = rlexp(tmp_path, "agent=dqfd", "env=generic", "env.id=Acrobot-v1", f"agent.demos={demos}")
+    assert wrong.returncode == 2 and "was recorded on CartPole-v1, not Acrobot-v1" in wrong.stdout + wrong.stderr
+
+
 def test_eval_prints_mean_and_std(trained):
     cwd, _ = trained
     result = rlexp(cwd, "mode=eval", "run.eval_episodes=3", f"+checkpoint={run_dirs(cwd)[0]}")
