@@ -62,15 +62,23 @@ def run(case: str, seed: int) -> dict:
     out = subprocess.run([sys.executable, "-m", "rlexp", *args, f"seed={seed}", "run.progress=none"], cwd=cwd,
                          capture_output=True, text=True)
     wall = time.perf_counter() - start
-    m = SUMMARY.search(out.stdout)
-    if out.returncode or not m:
+    if out.returncode:
         return dict(case=case, seed=seed, error=(out.stderr or out.stdout)[-300:])
+    return parse(case, seed, out.stdout) | dict(wall_s=round(wall, 1))
+
+
+def parse(case: str, seed: int, stdout: str) -> dict:
+    """A result row from a run's console output (its summary line), its curve copied next to the results."""
+    _, threshold = CASES[case]
+    m = SUMMARY.search(stdout)
+    if not m:
+        return dict(case=case, seed=seed, error=stdout[-300:])
     reason, steps, seconds, sps, mean, std, run_dir = m.groups()
     plot = Path(run_dir) / "history.png"
     if plot.exists():  # the curve next to the results table
         shutil.copy(plot, Path(__file__).parent / "plots" / f"{case}_seed{seed}.png")
     return dict(case=case, seed=seed, steps=int(steps.replace(",", "")), train_s=float(seconds),
-                steps_per_s=int(sps.replace(",", "")), eval_mean=float(mean), eval_std=float(std), wall_s=round(wall, 1),
+                steps_per_s=int(sps.replace(",", "")), eval_mean=float(mean), eval_std=float(std),
                 passed=None if threshold is None else float(mean) >= threshold, threshold=threshold, run_dir=run_dir,
                 frames_per_s=int(sps.replace(",", "")) * 4 if threshold is None else None)
 
@@ -123,7 +131,16 @@ def main() -> None:
     parser.add_argument("cases", nargs="*", default=list(CASES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--table", nargs="+", metavar="LOG", help="only print the table of earlier runs' JSON lines")
+    parser.add_argument("--from-log", nargs=4, metavar=("CASE", "SEED", "LOG", "COMMIT"),
+                        help="record a run of CASE started by hand (its console output in LOG, at COMMIT)")
     opts = parser.parse_args()
+    if opts.from_log:
+        case, seed, log, at = opts.from_log
+        finished = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(Path(log).stat().st_mtime))
+        row = parse(case, int(seed), Path(log).read_text()) | dict(date=finished, commit=at,
+                                                                   machine=machine().split(",")[0])
+        print(json.dumps(row))
+        return record([row]) if "error" not in row else None
     if opts.table:
         rows = [json.loads(line) for log in opts.table for line in open(log) if line.startswith("{")]
         latest = {(r["case"], r["seed"]): r for r in rows if "error" not in r}  # a rerun replaces an errored run
