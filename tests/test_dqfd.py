@@ -112,3 +112,27 @@ def test_batches_hold_the_demonstration_share_and_pretraining_learns_the_expert(
     metrics = agent.learn_from_replay()
     assert set(metrics) == {"loss", "td_loss", "n_step_loss", "supervised_loss"}
     assert all(np.isfinite(v) for v in metrics.values())
+
+
+def test_resumed_n_step_returns_stop_at_the_restart():
+    buffer = NStepReplayBuffer(max_size=8, initial_size=1, batch_size=1)
+    buffer.n, buffer.gamma, buffer.stride = 3, 0.5, 1
+    for t in range(3):
+        buffer.add(np.array([[t]], np.float32), np.zeros(1, int), np.array([1.0]), np.array([[t + 1]], np.float32),
+                   np.array([False]), np.array([False]))
+    resumed = NStepReplayBuffer(max_size=8, initial_size=1, batch_size=1)
+    resumed.n, resumed.gamma, resumed.stride = 3, 0.5, 1
+    resumed.load_state_dict(buffer.state_dict())
+    resumed.add(np.array([[10]], np.float32), np.zeros(1, int), np.array([5.0]), np.array([[11]], np.float32),
+                np.array([False]), np.array([False]))
+    out = resumed.n_step(np.array([1, 2]))
+    # before the resume: 1 + 0.5 (then the cut), bootstrapping from the last stored next_obs; not 1 + 0.5 + 0.25 * 5
+    np.testing.assert_allclose(out["n_step_returns"], [1.5, 1.0])
+    np.testing.assert_allclose(out["n_step_obs"][:, 0], [3, 3])
+    np.testing.assert_allclose(out["n_step_discounts"], [0.25, 0.5])
+
+
+@pytest.mark.parametrize("key", ["normalize_obs", "normalize_reward", "clip_rewards"])
+def test_dqfd_refuses_normalised_or_clipped_learning_from_raw_demonstrations(key):
+    with pytest.raises(UserError, match=f"{key}=true is not supported by DQfD"):
+        DQfD(make_envs("CartPole-v1", n_envs=1, seed=0), demos="anywhere", **{key: True})

@@ -98,6 +98,14 @@ class NStepReplayBuffer(ReplayBuffer):
         idx = self.rng.integers(0, self.size, n_batches * self.batch_size)
         return {k: v.take(idx, axis=0) for k, v in self.data.items()} | self.n_step(idx)
 
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        """As `ReplayBuffer`'s; each env's newest transition becomes an episode end (a resume restarts the
+        envs), so n-step returns don't run on into the new episodes. Set `stride` first."""
+        super().load_state_dict(state)
+        if self.size and "dones" in self.data:
+            newest = (self.index - 1 - np.arange(min(self.stride, self.size))) % self.max_size
+            self.data["dones"][newest] = 1.0
+
     def n_step(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         """For the transitions at `idx`: the return of up to n steps of the same env, stopping at an episode
         end or the newest transition, the observation after them and the bootstrap discount (gamma^m, 0 after

@@ -51,7 +51,8 @@ class DemoRecorder:
             self.episodes.append({k: np.asarray(v) for k, v in episode.items()})
             self.start(obs)
 
-    def write(self, directory: str | os.PathLike, env_id: str, algorithm: str) -> Path:
+    def write(self, directory: str | os.PathLike, env_id: str, algorithm: str,
+              observation_space: gym.Space | None = None, action_space: gym.Space | None = None) -> Path:
         """The dataset `rlexp/demos-v0` under `directory` (refused if one is there already: nothing is lost)."""
         import minari
         from minari.data_collector import EpisodeBuffer
@@ -72,7 +73,8 @@ class DemoRecorder:
         try:
             with _quiet():
                 minari.create_dataset_from_buffers(DATASET_ID, buffers, env=env_id, algorithm_name=algorithm,
-                                                   author="rlexp")
+                                                   author="rlexp", observation_space=observation_space,
+                                                   action_space=action_space, jpeg_encoding=False)
             target.parent.mkdir(parents=True, exist_ok=True)
             os.replace(scratch / DATASET_ID, target)
         finally:

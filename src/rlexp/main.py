@@ -401,7 +401,7 @@ def play_or_eval(cfg: DictConfig) -> float:
     if recorder is not None:
         demo_dir = Path(cfg.demo_dir).expanduser()
         path = recorder.write(demo_dir if demo_dir.is_absolute() else _original_cwd() / demo_dir, run_cfg.env.id,
-                              type(agent).__name__)
+                              type(agent).__name__, agent.observation_space, agent.action_space)
         log.info(f"demonstrations: {path} ({len(recorder.episodes)} episodes, Minari format); train from them "
                  f"with agent=dqfd agent.demos={cfg.demo_dir}")
     if cfg.get("video_dir") and (cfg.get("logger") or {}).get("name") == "wandb":

@@ -37,12 +37,17 @@ class DQfD(DQN):
         supervised_weight: weight of the large-margin loss.
         n_step, n_step_weight: the n-step return's length and its loss's weight.
         l2_weight: weight of the L2 penalty on the Q-network's weights.
+        epsilon_start, epsilon_end: DQN's exploration schedule, 0.01 throughout by default as in the paper (the
+            pre-trained network acts well already).
     """
+
+    metric_names = ("loss", "td_loss", "n_step_loss", "supervised_loss")
 
     def __init__(self, envs, model=None, buffer=None, *, demos: str | None = None, demo_memory_capacity: int = 10000,
                  demo_sampling_ratio: float = 0.2, pretrain_steps: int = 10000, expert_margin: float = 0.5,
                  supervised_weight: float = 0.1, n_step: int = 10, n_step_weight: float = 1.0,
-                 l2_weight: float = 1e-5, double: bool = True, **kwargs) -> None:
+                 l2_weight: float = 1e-5, double: bool = True, epsilon_start: float = 0.01,
+                 epsilon_end: float = 0.01, **kwargs) -> None:
         from rlexp.buffers import NStepReplayBuffer
 
         if not demos:
@@ -51,6 +56,10 @@ class DQfD(DQN):
                             "then agent.demos=demos/)")
         if not 0 <= float(demo_sampling_ratio) < 1:
             raise UserError(f"agent.demo_sampling_ratio={demo_sampling_ratio} must be in [0, 1)")
+        for key in ("normalize_obs", "normalize_reward", "clip_rewards"):
+            if kwargs.get(key):  # demonstrations are raw env data; the losses would mix two scales
+                raise UserError(f"{'env' if key == 'clip_rewards' else 'agent'}.{key}=true is not supported by "
+                                "DQfD, which learns from raw demonstrations; leave it false")
         self.demos_path, self.demo_memory_capacity = str(demos), int(demo_memory_capacity)
         self.demo_sampling_ratio, self.pretrain_steps = float(demo_sampling_ratio), int(pretrain_steps)
         self.expert_margin, self.supervised_weight = float(expert_margin), float(supervised_weight)
@@ -59,14 +68,20 @@ class DQfD(DQN):
         buffer = buffer if buffer is not None else NStepReplayBuffer()
         if not isinstance(buffer, NStepReplayBuffer):
             raise UserError("DQfD needs its n-step replay buffer (buffer=dqfd, rlexp.buffers.NStepReplayBuffer)")
-        super().__init__(envs, model, buffer, double=double, **kwargs)
+        super().__init__(envs, model, buffer, double=double, epsilon_start=epsilon_start, epsilon_end=epsilon_end,
+                         **kwargs)
         buffer.n, buffer.gamma, buffer.stride = self.n_step, self.gamma, self.n_envs
-
-        from rlexp.demos import env_id_of, load_demonstrations
-
-        self.demos = load_demonstrations(self.demos_path, env_id_of(envs), self.observation_space, self.action_space,
-                                         self.gamma, self.n_step, self.demo_memory_capacity)
         self.demo_rows = int(round(self.buffer.batch_size * self.demo_sampling_ratio))
+
+    @property
+    def demos(self):
+        """The demonstrations, loaded when training first needs them (play and eval don't)."""
+        if not hasattr(self, "_demos"):
+            from rlexp.demos import env_id_of, load_demonstrations
+
+            self._demos = load_demonstrations(self.demos_path, env_id_of(self.envs), self.observation_space,
+                                              self.action_space, self.gamma, self.n_step, self.demo_memory_capacity)
+        return self._demos
 
     def _state(self):
         return super()._state() | {"pretrained": self.pretrained}
@@ -124,8 +139,6 @@ class DQfD(DQN):
                 + self.l2_weight * l2)
         return loss, dict(loss=loss, td_loss=td_loss, n_step_loss=n_step_loss, supervised_loss=supervised_loss)
 
-    metric_names = ("loss", "td_loss", "n_step_loss", "supervised_loss")
-
     @no_autograph
     def update_batch(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """One gradient step on `dqfd_loss`."""
@@ -142,8 +155,6 @@ class DQfD(DQN):
     def pretrain(self) -> dict[str, float]:
         """`pretrain_steps` gradient steps on demonstrations alone (the target synced every
         `target_sync_steps` of them), in calls of up to 1,000 steps."""
-        if not hasattr(self, "_update_fn"):
-            self._update_fn = tf.function(self._gradient_steps, autograph=False)
         metrics, done, chunk = {}, 0, max(min(1000, self.target_sync_steps), 1)
         while done < self.pretrain_steps:
             n = min(chunk, self.pretrain_steps - done)

@@ -51,6 +51,8 @@ class OffPolicyAgent(Agent):
     metric_names: tuple[str, ...] = ("critic_loss", "actor_loss")  # what `update_step` returns
     policy_delay = 1  # updates per actor step (TD3: 2); the grouped loop runs this many cycles at a time
     random_warmup = True  # uniform random actions until the buffer holds `initial_size`
+    row_blocks = False  # run large forward passes in `batch_parts` row blocks (see `in_row_blocks`)
+    grouped_updates = False  # the update is `critic_step` + an `actor_step` every `policy_delay` (see `_train_groups`)
 
     def __init__(self, envs, model=None, buffer=None, *, train_freq: int = 1, gradient_steps: int = 1,
                  **kwargs: Any) -> None:
@@ -61,6 +63,8 @@ class OffPolicyAgent(Agent):
         self.train_freq, self.gradient_steps = int(train_freq), int(gradient_steps)
         if self.train_freq < 1:
             raise UserError(f"agent.train_freq={train_freq} must be at least 1")
+        if self.gradient_steps < -1:
+            raise UserError(f"agent.gradient_steps={gradient_steps} must be -1 (one per transition) or at least 0")
         space = envs.single_action_space
         if space_kind(space) == "continuous":
             low, high = (np.asarray(getattr(space, k, np.nan), np.float32) for k in ("low", "high"))
@@ -74,8 +78,6 @@ class OffPolicyAgent(Agent):
         super().__init__(envs, model, buffer, **kwargs)
         if self.gradient_steps == -1:
             self.gradient_steps = self.train_freq * self.n_envs
-
-    row_blocks = False  # run large forward passes in `batch_parts` row blocks (see `in_row_blocks`)
 
     # ----- to implement in algorithms ---------------------------------------------------------------
     def explore(self, obs: tf.Tensor) -> tf.Tensor:
@@ -109,14 +111,26 @@ class OffPolicyAgent(Agent):
         return tf.concat([model(part) for part in tf.split(x, self.batch_parts)], axis=0)
 
     # ----- the replay buffer ------------------------------------------------------------------------
+    def _state(self) -> dict[str, Any]:
+        return super()._state() | {"replay": "raw"}
+
+    def load(self, path, weights_only: bool = False) -> dict[str, Any]:
+        state = super().load(path, weights_only)
+        normalizing = self.normalizer.normalize_obs or self.normalizer.normalize_reward
+        if not weights_only and normalizing and state.get("replay") != "raw" and self.buffer.size:
+            raise UserError(f"checkpoint {path} holds normalised replay data (written before replay buffers kept "
+                            "raw transitions); start a new run, or resume it with the rlexp version that wrote it")
+        return state
+
     def store_step(self, env_actions: np.ndarray, stored_actions: np.ndarray) -> np.ndarray:
         """`env_step`, then the transition into the replay buffer as the env gave it (raw observations and
         rewards: `normalize_batch` normalises samples with the statistics current at sampling time, as SB3
         does); returns the (normalised) observations to act on next."""
-        raw_obs = self._raw_obs
+        raw_obs = self._raw_obs.astype(self.obs_dtype, copy=False)  # float64 envs are stored as float32
         obs, _, terminated, truncated, _ = self.env_step(env_actions)
         rewards, next_obs = self.raw_transition
-        self.buffer.add(raw_obs, stored_actions, rewards, next_obs, terminated, terminated | truncated)
+        self.buffer.add(raw_obs, stored_actions, rewards, next_obs.astype(self.obs_dtype, copy=False), terminated,
+                        terminated | truncated)
         return obs
 
     def normalize_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -130,7 +144,8 @@ class OffPolicyAgent(Agent):
         return batch
 
     def _numpy_step(self, obs: np.ndarray, actions: np.ndarray) -> np.ndarray:
-        """Step the envs from `obs` (the current observations) with the agent's `actions`, store the transitions."""
+        """Step the envs with the agent's `actions`, store the transitions. `obs` is the observations the
+        actions were chosen for (a graph input, for ordering); the buffer gets their raw version, `_raw_obs`."""
         return self.store_step(self.to_env(actions), actions)
 
     def _numpy_sample(self) -> list[np.ndarray]:
@@ -242,8 +257,6 @@ class OffPolicyAgent(Agent):
         _, obs, totals = tf.while_loop(lambda i, *_: i < cycles, cycle, (tf.constant(0), obs, totals))
         n = tf.cast(tf.maximum(cycles * self.gradient_steps, 1), tf.float32)
         return {k: v / n for k, v in totals.items()} | {"obs": obs}
-
-    grouped_updates = False  # the update is `critic_step` + an `actor_step` every `policy_delay` (see `_train_groups`)
 
     @no_autograph
     def _target_updates_then_0(self) -> tf.Tensor:
