@@ -120,7 +120,7 @@ def test_ppo_linear_clip_schedule_decays_per_rollout():
     agent.fit(max_steps=320, progress="none")  # 10 rollouts of 32 steps in one call; the last starts at 288
     assert float(agent.clip_range.numpy()) == pytest.approx(0.2 * (1 - 288 / 320), rel=1e-6)
     constant = PPO(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, n_steps=16, mini_batches=2)
-    assert constant.schedule_variables() == {}
+    assert constant.schedules() == {}
     with pytest.raises(UserError, match="clip_schedule"):
         PPO(make_envs("CartPole-v1", n_envs=2, seed=0), clip_schedule="cosine")
 

@@ -160,34 +160,16 @@ class DQfD(DQN):
             n = min(chunk, self.pretrain_steps - done)
             self._sync_fn()
             batch = self.demo_batch(n * self.buffer.batch_size)
-            metrics = {k: float(v) for k, v in self._pretrain_fn(batch, tf.constant(n)).items()}
+            metrics = self.run_updates(batch)
             done += n
         self._sync_fn()
         self.pretrained = True
         return metrics
 
     def learn_from_replay(self) -> dict[str, float]:
-        if not hasattr(self, "_update_fn"):
-            self._update_fn = tf.function(self._gradient_steps, autograph=False)
-        return {k: float(v) for k, v in self._update_fn(self.mixed_batches(self.gradient_steps)).items()}
+        return self.run_updates(self.mixed_batches(self.gradient_steps))
 
     def train_iteration(self) -> dict[str, float]:
         if not self.pretrained:
-            if not hasattr(self, "_pretrain_fn"):
-                self._pretrain_fn = tf.function(self._pretrain_steps, autograph=False)
             return self.pretrain() | {"epsilon": self.epsilon}
         return super().train_iteration()
-
-    @no_autograph
-    def _pretrain_steps(self, batch: dict[str, tf.Tensor], n: tf.Tensor) -> dict[str, tf.Tensor]:
-        """`n` gradient steps on consecutive batch_size slices of a demonstration batch."""
-        size = self.buffer.batch_size
-        batch = {k: tf.reshape(v, [-1, size, *v.shape[1:]]) for k, v in batch.items()}
-
-        def step(g, totals):
-            metrics = self.update_batch({k: tf.gather(v, g) for k, v in batch.items()})
-            return g + 1, {k: totals[k] + metrics[k] for k in totals}
-
-        totals = {k: tf.constant(0.0) for k in self.metric_names}
-        _, totals = tf.while_loop(lambda g, _: g < n, step, (tf.constant(0), totals))
-        return {k: v / tf.cast(n, tf.float32) for k, v in totals.items()}

@@ -169,18 +169,20 @@ class OffPolicyAgent(Agent):
     # ----- updates from Python-paced collection (DQN) -------------------------------------------------
     @no_autograph
     def _gradient_steps(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        """`gradient_steps` `update_step`s on consecutive slices of `batch`; the mean metrics. A
-        `tf.while_loop`, not AutoGraph (whose conversion was most of the first call's trace)."""
+        """An update on each consecutive `batch_size` slice of `batch` (`gradient_steps` of them from
+        `learn_from_replay`); the mean metrics. A `tf.while_loop`, not AutoGraph (whose conversion was most of
+        the first call's trace)."""
         size = self.buffer.batch_size
         batch = {k: tf.reshape(v, [-1, size, *v.shape[1:]]) for k, v in batch.items()}  # one row per step
+        steps = next(iter(batch.values())).shape[0]
 
         def gradient_step(g, totals):
             metrics = self.update_batch({k: tf.gather(v, g) for k, v in batch.items()})
             return g + 1, {k: totals[k] + metrics[k] for k in totals}
 
         totals = {k: tf.constant(0.0) for k in self.metric_names}
-        _, totals = tf.while_loop(lambda g, _: g < self.gradient_steps, gradient_step, (tf.constant(0), totals))
-        return {k: v / tf.cast(self.gradient_steps, tf.float32) for k, v in totals.items()}
+        _, totals = tf.while_loop(lambda g, _: g < steps, gradient_step, (tf.constant(0), totals))
+        return {k: v / float(steps) for k, v in totals.items()}
 
     @no_autograph
     def update_batch(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -188,12 +190,15 @@ class OffPolicyAgent(Agent):
         return self.update_step(batch["obs"], batch["actions"], batch["rewards"], batch["next_obs"],
                                 batch["terminated"])
 
-    def learn_from_replay(self) -> dict[str, float]:
-        """One update phase outside the fused loop: sample, normalise, `gradient_steps` updates."""
+    def run_updates(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
+        """`_gradient_steps` on a batch, in one graph call; the mean metrics."""
         if not hasattr(self, "_update_fn"):
             self._update_fn = tf.function(self._gradient_steps, autograph=False)
-        batch = self.normalize_batch(self.buffer.sample(self.gradient_steps))
         return {k: float(v) for k, v in self._update_fn(batch).items()}
+
+    def learn_from_replay(self) -> dict[str, float]:
+        """One update phase outside the fused loop: sample, normalise, `gradient_steps` updates."""
+        return self.run_updates(self.normalize_batch(self.buffer.sample(self.gradient_steps)))
 
     # ----- the fused loop ---------------------------------------------------------------------------
     @no_autograph

@@ -351,24 +351,21 @@ class OnPolicyAgent(Agent):
             self._train_fn = tf.function(self._fused_iterations)
         rollout = self.n_steps * self.n_envs
         cycles = max(1, min(self.updates_per_call, -(-(self.max_steps - self.steps) // rollout)))
-        scheduled = self.schedule_variables()
+        scheduled = self.schedules()
         # fixed length: no retrace for the last, shorter call
         lrs = np.zeros(self.updates_per_call, np.float32)
         values = np.zeros((self.updates_per_call, len(scheduled)), np.float32)
         for k in range(cycles):
             lrs[k] = self.current_lr(self.steps + k * rollout)
-            values[k] = [self.scheduled_value(name, self.steps + k * rollout) for name in scheduled]
+            values[k] = [value_at(self.steps + k * rollout) for _, value_at in scheduled.values()]
         metrics = self.call_graph_loop(self._train_fn, tf.constant(cycles), tf.constant(lrs), tf.constant(values),
                                        max_steps=self.updates_per_call * self.n_steps)
         return {k: float(v) for k, v in metrics.items()}
 
-    def schedule_variables(self) -> dict[str, tf.Variable]:
-        """Hyperparameters on a schedule besides the learning rate (e.g. PPO's clip range): each cycle of a
-        fused call assigns them `scheduled_value(name, steps)` at its start."""
+    def schedules(self) -> dict[str, tuple[tf.Variable, Any]]:
+        """Hyperparameters on a schedule besides the learning rate (e.g. PPO's clip range), name -> (variable,
+        value at a step count): each cycle of a fused call assigns the variable its value at the cycle's start."""
         return {}
-
-    def scheduled_value(self, name: str, steps: int) -> float:
-        raise NotImplementedError  # only agents with schedule_variables
 
     def schedule_fraction(self, schedule: str, steps: int) -> float:
         """1 for a constant schedule; for 'linear' the fraction of the run left at `steps` (RL Zoo's `lin_`)."""
@@ -378,12 +375,12 @@ class OnPolicyAgent(Agent):
     def _fused_iterations(self, obs: tf.Tensor, cycles: tf.Tensor, lrs: tf.Tensor,
                           scheduled: tf.Tensor) -> dict[str, tf.Tensor]:
         """`cycles` rollout + update cycles in one graph call, cycle i with learning rate `lrs[i]` and the
-        `schedule_variables` set to `scheduled[i]`; returns the mean metrics.
+        `schedules` variables set to `scheduled[i]`; returns the mean metrics.
 
         Written with `tf.while_loop` rather than AutoGraph: converting the loop (and the updates it calls)
         cost ~0.7 s of every run's first call."""
         rollout = self.rollout_function()
-        schedule_variables = list(self.schedule_variables().values())
+        schedule_variables = [variable for variable, _ in self.schedules().values()]
 
         def cycle(i, obs, totals=None):
             for optimizer in self.optimizers().values():

@@ -61,11 +61,11 @@ class PPO(OnPolicyAgent):
             raise UserError(f"agent.mini_batches={self.mini_batches} must divide the rollout size "
                             f"n_steps*n_envs={rollout}")
 
-    def schedule_variables(self) -> dict[str, tf.Variable]:
-        return {"clip_range": self.clip_range} if self.clip_schedule != "constant" else {}
-
-    def scheduled_value(self, name: str, steps: int) -> float:
-        return self.clip_norm * self.schedule_fraction(self.clip_schedule, steps)
+    def schedules(self):
+        if self.clip_schedule == "constant":  # the constant stays a graph constant
+            return {}
+        return {"clip_range": (self.clip_range,
+                               lambda steps: self.clip_norm * self.schedule_fraction(self.clip_schedule, steps))}
 
     # ----- update ---------------------------------------------------------------------------------
     @no_autograph
