@@ -1,7 +1,9 @@
 """Vectorised gymnasium environments, with Atari preprocessing from gymnasium's own wrappers."""
 from __future__ import annotations
 
-from typing import Any
+import functools
+import importlib
+from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -54,10 +56,50 @@ NUMPY_VECTOR_ENVS = {"CartPole-v0": SameStepCartPoleVectorEnv, "CartPole-v1": Sa
 VECTOR_MIN_ENVS = 4  # a batched CartPole step costs ~50 µs whatever the count; an env copy ~10 µs
 
 
+WRAPPER_MODULES = ("gymnasium.wrappers.", "rlexp.wrappers.")  # where env.wrappers may come from (+ env.imports)
+
+
+def import_env_modules(modules: Sequence[str], key: str = "env.imports") -> None:
+    """Import the modules an env preset lists in `env.imports` (their gymnasium registrations run)."""
+    for module in modules or ():
+        try:
+            importlib.import_module(str(module))
+        except ImportError as e:
+            raise UserError(f"{key}: module {module!r} can't be imported ({e}); install it or fix the name") from None
+
+
+def env_wrappers(specs: Sequence[Mapping[str, Any]], imports: Sequence[str] = ()) -> list[Callable[[gym.Env], gym.Env]]:
+    """`env.wrappers` entries ({_target_: a wrapper class, **its keyword arguments}) as functions env -> env.
+    A target must be one of gymnasium's wrappers, rlexp.wrappers, or come from a module in `env.imports`."""
+    allowed = (*WRAPPER_MODULES, *(f"{m}." for m in imports or ()))
+    wrappers = []
+    for spec in specs or ():
+        spec = dict(spec)
+        target = str(spec.pop("_target_", ""))
+        if not target.startswith(allowed):
+            raise UserError(f"env.wrappers: _target_ {target!r} must be a gymnasium.wrappers or rlexp.wrappers class, "
+                            "or come from a module listed in env.imports")
+        module, _, name = target.rpartition(".")
+        try:
+            cls = getattr(importlib.import_module(module), name)
+        except (ImportError, AttributeError) as e:
+            raise UserError(f"env.wrappers: _target_ {target!r} can't be found ({e})") from None
+        wrappers.append(functools.partial(_wrap, cls, target, spec))
+    return wrappers
+
+
+def _wrap(cls: type, target: str, kwargs: dict[str, Any], env: gym.Env) -> gym.Env:
+    try:
+        return cls(env, **kwargs)
+    except (TypeError, ValueError) as e:
+        raise UserError(f"env.wrappers: {target} rejected its arguments: {e}") from None
+
+
 def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectorization: str = "auto",
               preprocess: bool = False, max_frame: bool = True, frame_stack: int = 4, screen_size: int = 84,
               noop_max: int = 30, max_episode_steps: int | None = None, render_mode: str | None = None,
-              kwargs: dict[str, Any] | None = None, **_: Any) -> gym.vector.VectorEnv:
+              kwargs: dict[str, Any] | None = None, imports: Sequence[str] = (),
+              wrappers: Sequence[Mapping[str, Any]] = (), **_: Any) -> gym.vector.VectorEnv:
     """Build `n_envs` copies of `env_id`, stepped together, reset with `seed`.
 
     Episodes restart automatically in the same step (`info["final_obs"]` holds the last observation).
@@ -67,21 +109,30 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     else vector, where they exist and pay: CartPole from `VECTOR_MIN_ENVS` envs, Pendulum always; else
     sync). With `render_mode` vector and graph fall back to sync.
     `preprocess` applies Atari preprocessing (noop reset, max-and-skip, grayscale, resize, frame stack).
+    `imports`: modules to import first (their gymnasium registrations run); `env_id` may also be
+    "module:EnvId-v0". `wrappers`: [{_target_: wrapper class, **kwargs}] applied to each env copy (see
+    `env_wrappers`); envs with wrappers are built as sync or async env copies.
     """
+    import_env_modules(imports)
+    if ":" in env_id:  # gymnasium's module:EnvId form
+        module, env_id = env_id.split(":", 1)
+        import_env_modules([module], key="env.id")
+    extra_wrappers = env_wrappers(wrappers, imports)
     if n_envs < 1:
         raise UserError(f"env.n_envs={n_envs} must be at least 1")
     if vectorization not in ("auto", "sync", "async", "vector", "graph"):
         raise UserError(f"env.vectorization={vectorization!r} must be 'auto', 'sync', 'async', 'vector' or 'graph'")
     if vectorization == "auto":
-        pays = n_envs >= VECTOR_MIN_ENVS and not (preprocess or kwargs)
-        if env_id in GRAPH_ENVS and (pays or env_id not in NUMPY_VECTOR_ENVS and not (preprocess or kwargs)):
+        plain = not (preprocess or kwargs or extra_wrappers)
+        pays = n_envs >= VECTOR_MIN_ENVS and plain
+        if env_id in GRAPH_ENVS and (pays or env_id not in NUMPY_VECTOR_ENVS and plain):
             vectorization = "graph"
         else:
             vectorization = "vector" if env_id in NUMPY_VECTOR_ENVS and pays else "sync"
     if vectorization in ("vector", "graph"):
         batched_envs, kind = {"vector": (NUMPY_VECTOR_ENVS, "NumPy-batched"),
                               "graph": (GRAPH_ENVS, "graph")}[vectorization]
-        if env_id not in batched_envs or preprocess or kwargs:
+        if env_id not in batched_envs or preprocess or kwargs or extra_wrappers:
             raise UserError(f"env.vectorization={vectorization}: there is no {kind} {env_id} (with these options); "
                             f"use env.vectorization=sync ({kind}: {', '.join(batched_envs)})")
         if not render_mode:  # rendering (play, videos) uses env copies
@@ -92,10 +143,10 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
             return envs
         vectorization = "sync"
     make_kwargs = dict(kwargs or {})
-    wrappers = []
+    atari = []
     if preprocess:
         make_kwargs.setdefault("frameskip", 1)  # AtariPreprocessing does the skipping
-        wrappers = _atari_wrappers(screen_size, frame_stack, max_frame, noop_max)
+        atari = _atari_wrappers(screen_size, frame_stack, max_frame, noop_max)
     if max_episode_steps:
         make_kwargs["max_episode_steps"] = int(max_episode_steps)
     if render_mode:
@@ -108,7 +159,8 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     except ModuleNotFoundError as e:
         raise UserError(f"env.id={env_id!r} needs a package that is not installed ({e.name})") from None
     try:
-        envs = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode=vectorization, wrappers=wrappers,
+        envs = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode=vectorization,
+                            wrappers=[*atari, *extra_wrappers],
                             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **make_kwargs)
     except (gym.error.DependencyNotInstalled, ModuleNotFoundError, ImportError) as e:
         raise UserError(f"env.id={env_id!r} can't be built: {e}") from None
@@ -123,13 +175,28 @@ def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vec
     return make_envs(params.pop("id"), seed=seed, **params)
 
 
+SPACE_KINDS = {gym.spaces.Discrete: "discrete", gym.spaces.Box: "continuous",
+               gym.spaces.MultiDiscrete: "multi_discrete", gym.spaces.MultiBinary: "multi_binary"}
+
+
 def space_kind(space: gym.Space) -> str:
-    """'discrete' or 'continuous' (the action-space names agents declare)."""
-    if isinstance(space, gym.spaces.Discrete):
-        return "discrete"
-    if isinstance(space, gym.spaces.Box):
-        return "continuous"
-    return type(space).__name__
+    """'discrete', 'continuous', 'multi_discrete' or 'multi_binary' (the action-space names agents declare)."""
+    return SPACE_KINDS.get(type(space), type(space).__name__)
+
+
+def is_structured(space: gym.Space) -> bool:
+    """Dict or Tuple observations (flattened for the agent, split again by the model's per-key encoders)."""
+    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
+
+
+def observation_parts(space: gym.Space, prefix: str = "") -> list[tuple[str, gym.Space]]:
+    """The leaves of a Dict/Tuple space as (key path, space), in the order `gymnasium.spaces.flatten`
+    concatenates them."""
+    if isinstance(space, gym.spaces.Dict):
+        return [part for key, sub in space.spaces.items() for part in observation_parts(sub, f"{prefix}{key}.")]
+    if isinstance(space, gym.spaces.Tuple):
+        return [part for i, sub in enumerate(space.spaces) for part in observation_parts(sub, f"{prefix}{i}.")]
+    return [(prefix[:-1], space)]
 
 
 def is_image(space: gym.Space) -> bool:

@@ -1,16 +1,31 @@
-"""Keras models from YAML presets (conf/model/): shared trunk, per-head towers and output heads."""
+"""Keras models from YAML presets (conf/model/): shared trunk, per-head towers and output heads.
+
+A preset may list recurrent layers (`lstm`, `gru`); the model then takes sequences (see `build_model`).
+Dict/Tuple observations arrive flattened; the model splits them again and sends each part through its own
+encoder (`encoders`: CNN layers for images, dense layers for vectors) before the preset's layers.
+"""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
+import gymnasium as gym
 import keras
 import numpy as np
 
 from rlexp.errors import UserError
 
-LAYER_TYPES = ("dense", "conv", "flatten")
+LAYER_TYPES = ("dense", "conv", "flatten", "lstm", "gru")
+RECURRENT_TYPES = ("lstm", "gru")
 INITIALIZERS = ("orthogonal", "glorot_uniform")
+# Per-part encoders of Dict/Tuple observations when the preset names none (`encoders: {image:, vector:, <key>:}`).
+DEFAULT_ENCODERS = {
+    "image": [{"type": "conv", "filters": 32, "kernel": 8, "stride": 4, "activation": "relu"},
+              {"type": "conv", "filters": 64, "kernel": 4, "stride": 2, "activation": "relu"},
+              {"type": "conv", "filters": 64, "kernel": 3, "stride": 1, "activation": "relu"},
+              {"type": "flatten"}],
+    "vector": [{"type": "dense", "units": 64, "activation": "tanh"}],
+}
 
 
 def initializer(name: str, gain: float) -> keras.initializers.Initializer:
@@ -22,76 +37,191 @@ def initializer(name: str, gain: float) -> keras.initializers.Initializer:
     raise UserError(f"model initializer {name!r} is unknown; use one of {', '.join(INITIALIZERS)}")
 
 
-def _make_layer(spec: Mapping[str, Any], defaults: Mapping[str, Any], units: int | None = None,
-                name: str | None = None) -> keras.layers.Layer:
-    kind = spec.get("type", "dense")
-    init = initializer(spec.get("initializer", defaults["initializer"]), float(spec.get("gain", defaults["gain"])))
-    if kind == "dense":
-        return keras.layers.Dense(units or int(spec["units"]), activation=spec.get("activation"),
-                                  kernel_initializer=init, name=name)
-    if kind == "conv":
-        return keras.layers.Conv2D(int(spec["filters"]), int(spec["kernel"]), strides=int(spec.get("stride", 1)),
-                                   padding=spec.get("padding", "valid"), activation=spec.get("activation"),
-                                   kernel_initializer=init, name=name)
-    if kind == "flatten":
-        return keras.layers.Flatten(name=name)
-    raise UserError(f"model layer type {kind!r} is unknown; use one of {', '.join(LAYER_TYPES)}")
+def is_recurrent(preset: Mapping[str, Any]) -> bool:
+    """Whether a model preset has LSTM or GRU layers."""
+    return any(spec.get("type") in RECURRENT_TYPES for spec in preset.get("layers") or [])
+
+
+def mixed_precision() -> bool:
+    return keras.mixed_precision.dtype_policy().name.startswith("mixed")
+
+
+class EpisodeResetCell(keras.layers.Layer):
+    """An LSTM or GRU cell whose state restarts from zeros where an episode starts: its input is a step's
+    features with the episode-start flag (0/1) appended as the last entry."""
+
+    def __init__(self, cell: keras.layers.Layer, **kwargs: Any) -> None:
+        super().__init__(**kwargs)
+        self.cell = cell
+        self.state_size, self.output_size = cell.state_size, cell.output_size
+
+    def build(self, input_shape: tuple[int | None, ...]) -> None:
+        self.cell.build((input_shape[0], input_shape[-1] - 1))
+
+    def call(self, inputs, states, training: bool = False):
+        keep = 1.0 - inputs[:, -1:]
+        states = [s * keras.ops.cast(keep, s.dtype) for s in states]
+        return self.cell(inputs[:, :-1], states, training=training)
+
+
+class Builder:
+    """Applies layer specs to tensors; in `sequence` mode tensors are [batch, time, ...] (non-dense layers run
+    per step) and recurrent layers read the episode-start flags and collect their state inputs/outputs."""
+
+    def __init__(self, defaults: Mapping[str, Any], sequence: bool, starts: Any = None) -> None:
+        self.defaults, self.sequence, self.starts = defaults, sequence, starts
+        self.state_inputs: list[Any] = []
+        self.state_outputs: list[Any] = []
+
+    def per_step(self, layer: keras.layers.Layer) -> keras.layers.Layer:
+        return keras.layers.TimeDistributed(layer) if self.sequence else layer
+
+    def make(self, spec: Mapping[str, Any], units: int | None = None, name: str | None = None,
+             dtype: str | None = None) -> keras.layers.Layer:
+        kind = spec.get("type", "dense")
+        init = initializer(spec.get("initializer", self.defaults["initializer"]),
+                           float(spec.get("gain", self.defaults["gain"])))
+        if kind == "dense":
+            return keras.layers.Dense(units or int(spec["units"]), activation=spec.get("activation"),
+                                      kernel_initializer=init, name=name, dtype=dtype)
+        if kind == "conv":
+            return self.per_step(keras.layers.Conv2D(
+                int(spec["filters"]), int(spec["kernel"]), strides=int(spec.get("stride", 1)),
+                padding=spec.get("padding", "valid"), activation=spec.get("activation"), kernel_initializer=init,
+                name=name))
+        if kind == "flatten":
+            return self.per_step(keras.layers.Flatten(name=name))
+        raise UserError(f"model layer type {kind!r} is unknown; use one of {', '.join(LAYER_TYPES)}")
+
+    def apply(self, spec: Mapping[str, Any], x: Any) -> Any:
+        if spec.get("type") not in RECURRENT_TYPES:
+            return self.make(spec)(x)
+        units = int(spec["units"])
+        init = initializer(spec.get("initializer", self.defaults["initializer"]),
+                           float(spec.get("gain", self.defaults["gain"])))
+        cell_type = keras.layers.LSTMCell if spec["type"] == "lstm" else keras.layers.GRUCell
+        cell = cell_type(units, kernel_initializer=init)
+        states = [keras.Input((units,), name=f"state_{len(self.state_inputs) + i}")
+                  for i in range(2 if spec["type"] == "lstm" else 1)]
+        self.state_inputs += states
+        flags = keras.layers.Reshape((-1, 1))(self.starts)
+        x = keras.layers.Concatenate()([x, flags])
+        x, *new_states = keras.layers.RNN(EpisodeResetCell(cell), return_sequences=True, return_state=True)(
+            x, initial_state=states)
+        self.state_outputs += [keras.layers.Activation("linear", dtype="float32")(s) for s in new_states]
+        return x
+
+    def reshape(self, x: Any, shape: tuple[int, ...]) -> Any:
+        return self.per_step(keras.layers.Reshape(shape))(x)
+
+
+def _image_input(builder: Builder, x: Any, shape: tuple[int, ...], channels_first: bool) -> Any:
+    """Stacked frames (N, H, W) to channels-last, a single-channel (H, W) frame to (H, W, 1)."""
+    if channels_first:
+        return builder.per_step(keras.layers.Permute((2, 3, 1)))(x)
+    if len(shape) == 2:
+        return builder.reshape(x, (*shape, 1))
+    return x
+
+
+def _encode_parts(builder: Builder, x: Any, parts: Sequence[tuple[str, gym.Space]],
+                  encoders: Mapping[str, Any]) -> Any:
+    """Split flattened Dict/Tuple observations into their parts, encode each, concatenate the features."""
+    features, start = [], 0
+    for key, space in parts:
+        size = int(gym.spaces.flatdim(space))
+        part = keras.layers.Lambda(lambda t, a=start, b=start + size: t[..., a:b])(x)
+        start += size
+        image = isinstance(space, gym.spaces.Box) and len(space.shape) >= 2
+        layers = encoders.get(key, encoders.get("image" if image else "vector"))
+        if image:
+            if space.dtype == np.uint8:
+                part = keras.layers.Rescaling(1.0 / 255.0)(part)
+            part = _image_input(builder, builder.reshape(part, tuple(space.shape)), tuple(space.shape), False)
+        for spec in layers or []:
+            part = builder.apply(spec, part)
+        features.append(part)
+    return keras.layers.Concatenate()(features) if len(features) > 1 else features[0]
 
 
 def build_model(preset: Mapping[str, Any], input_shape: tuple[int, ...], heads: Mapping[str, int],
                 input_dtype: Any = np.float32, channels_first: bool = False, name: str = "model",
-                latent_of: str | None = None) -> keras.Model:
+                latent_of: str | None = None, parts: Sequence[tuple[str, gym.Space]] | None = None) -> keras.Model:
     """Build a functional Keras model from a preset.
 
     preset: `layers` (dicts with type, units/filters, activation, `common`, `output`), `initializer`, `gain`,
-        `heads` (per-head overrides of the output layer, e.g. a small policy gain).
+        `heads` (per-head overrides of the output layer, e.g. a small policy gain), `encoders` (Dict/Tuple
+        observations: layer lists per observation key, or for all `image` / `vector` parts).
     input_shape: observation shape; uint8 inputs are scaled to [0, 1].
     heads: output name -> units, in the order of the model's outputs (e.g. {"policy": 2, "value": 1}).
     channels_first: observations are stacked frames (N, H, W); they are moved to channels-last for Conv2D.
-    latent_of: also output the features that feed this head's output layer (last, e.g. for gSDE).
+    latent_of: also output the features that feed this head's output layer (after the heads, e.g. for gSDE).
+    parts: the (key, space) leaves of Dict/Tuple observations, which arrive flattened (`observation_parts`).
+
+    With `lstm`/`gru` layers (`units`; `common: true` for one shared by all heads, else one per head) the
+    model is recurrent: inputs [obs [batch, time, ...], episode starts [batch, time], *initial states], outputs
+    [*heads over time, (latent), *final states]; a state is zeroed at the steps flagged as episode starts.
+    Head outputs (and states) are float32 under a mixed-precision policy.
     """
     layers = list(preset.get("layers") or [])
     defaults = {"initializer": preset.get("initializer", "orthogonal"), "gain": preset.get("gain", 1.0)}
     outputs = [spec for spec in layers if spec.get("output")]
     if len(outputs) != 1 or not layers[-1].get("output"):
         raise UserError(f"model preset {preset.get('name')!r} needs exactly one `output: true` layer, the last one")
+    for spec in layers:
+        if spec.get("type", "dense") not in LAYER_TYPES:
+            raise UserError(f"model layer type {spec.get('type')!r} is unknown; use one of {', '.join(LAYER_TYPES)}")
     has_conv = any(spec.get("type") == "conv" for spec in layers)
-    if has_conv and len(input_shape) < 2:
+    if has_conv and (len(input_shape) < 2 or parts):
         raise UserError(f"model={preset.get('name')} has conv layers but the observations are vectors of shape "
-                        f"{tuple(input_shape)}; use model=mlp (or model=auto)")
-    inputs = keras.Input(shape=tuple(input_shape), dtype="uint8" if input_dtype == np.uint8 else "float32")
+                        f"{tuple(input_shape)}; use model=mlp (or model=auto; Dict/Tuple images go through "
+                        "`encoders`)")
+    sequence = is_recurrent(preset)
+    dtype = "uint8" if input_dtype == np.uint8 else "float32"
+    inputs = keras.Input(shape=((None,) if sequence else ()) + tuple(input_shape), dtype=dtype, name="obs")
+    starts = keras.Input(shape=(None,), name="episode_starts") if sequence else None
+    builder = Builder(defaults, sequence, starts)
     x = inputs
-    if input_dtype == np.uint8:
-        x = keras.layers.Rescaling(1.0 / 255.0)(x)
-    if has_conv:
-        if channels_first:
-            x = keras.layers.Permute((2, 3, 1))(x)
-        elif len(input_shape) == 2:
-            x = keras.layers.Reshape((*input_shape, 1))(x)
-    elif len(input_shape) > 1:
-        x = keras.layers.Flatten()(x)
+    if parts:
+        encoders = {**DEFAULT_ENCODERS, **dict(preset.get("encoders") or {})}
+        x = _encode_parts(builder, x, parts, encoders)
+    else:
+        if input_dtype == np.uint8:
+            x = keras.layers.Rescaling(1.0 / 255.0)(x)
+        if has_conv:
+            x = _image_input(builder, x, tuple(input_shape), channels_first)
+        elif len(input_shape) > 1:
+            x = builder.per_step(keras.layers.Flatten())(x)
     hidden = layers[:-1]
     started_towers = False
     for spec in hidden:
         if spec.get("common"):
             if started_towers:
                 raise UserError("model preset: `common: true` layers must come before the per-head layers")
-            x = _make_layer(spec, defaults)(x)
+            x = builder.apply(spec, x)
         else:
             started_towers = True
     tower = [spec for spec in hidden if not spec.get("common")]
     head_overrides = preset.get("heads") or {}
+    out_dtype = "float32" if mixed_precision() else None
     results, latent = [], None
     for head, units in heads.items():
         h = x
         for spec in tower:
-            h = _make_layer(spec, defaults)(h)
+            h = builder.apply(spec, h)
         spec = {**layers[-1], **dict(head_overrides.get(head) or {})}
-        results.append(_make_layer(spec, defaults, units=int(units), name=head)(h))
+        results.append(builder.make(spec, units=int(units), name=head, dtype=out_dtype)(h))
         latent = h if head == latent_of else latent
     if latent_of is not None:
-        results.append(latent)
+        results.append(keras.layers.Activation("linear", dtype="float32")(latent) if out_dtype else latent)
+    if sequence:
+        return keras.Model([inputs, starts, *builder.state_inputs], results + builder.state_outputs, name=name)
     return keras.Model(inputs, results, name=name)
+
+
+def recurrent_state_sizes(model: keras.Model) -> list[int]:
+    """Units of each recurrent state input of a model from `build_model` (empty for feed-forward models)."""
+    return [int(t.shape[-1]) for t in model.inputs[2:]] if len(model.inputs) > 2 else []
 
 
 def param_count(model: keras.Model) -> int:

@@ -50,7 +50,7 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
     obs, _ = envs.reset(seed=agent.seed)
     if recorder is not None:
         recorder.start(obs)
-    total, frame_index = 0.0, 0
+    total, frame_index, starts = 0.0, 0, np.ones(1, bool)
     while len(returns) < episodes:
         if capture:
             frame = envs.render()
@@ -64,8 +64,9 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
             frame_index += 1
         if frame_delay:
             time.sleep(float(frame_delay))
-        actions = agent.act(obs)
+        actions = agent.act(obs, starts)
         obs, rewards, terminated, truncated, info = envs.step(actions)
+        starts = terminated | truncated
         if recorder is not None:
             recorder.step(actions, obs, rewards, terminated, truncated, info)
         total += float(rewards[0])

@@ -13,9 +13,10 @@ from rlexp.agents.ppo import PPO
 from rlexp.agents.sac import SAC
 from rlexp.agents.td3 import TD3
 from rlexp.agents.trpo import TRPO
+from rlexp.agents.vpg import VPG
 
 AGENTS: dict[str, type[Agent]] = {"a2c": A2C, "acer": ACER, "ddpg": DDPG, "dqfd": DQfD, "dqn": DQN, "naf": NAF, "ppo": PPO,
-                                  "sac": SAC, "td3": TD3, "trpo": TRPO}
+                                  "sac": SAC, "td3": TD3, "trpo": TRPO, "vpg": VPG}
 
 __all__ = ["AGENTS", "Agent", "OffPolicyAgent", "OnPolicyAgent", "A2C", "ACER", "DDPG", "DQfD", "DQN", "NAF", "PPO", "SAC",
-           "TD3", "TRPO"]
+           "TD3", "TRPO", "VPG"]

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from rlexp.agents.on_policy import OnPolicyAgent, compute_gae, flatten_time
+from rlexp.agents.on_policy import OnPolicyAgent, compute_gae
 from rlexp.agents.distributions import no_autograph
 
 
@@ -32,7 +32,8 @@ class A2C(OnPolicyAgent):
             root, so 1e-10 here is SB3's 1e-5 outside it.
     """
 
-    action_spaces = ("discrete", "continuous")
+    action_spaces = ("discrete", "continuous", "multi_discrete", "multi_binary")
+    recurrent_models = mixed_precision_support = True
     graph_env_rollouts = True  # rollouts are most of A2C's work: stepping a graph env in the graph pays
 
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 5, lam: float = 1.0,
@@ -49,14 +50,15 @@ class A2C(OnPolicyAgent):
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         advantages, returns = compute_gae(batch["rewards"], batch["values"], batch["dones"], batch["last_values"],
                                           self.gamma, self.lam)
-        advantages, returns = flatten_time(advantages), flatten_time(returns)
+        _, select = self.training_units(batch, [batch["actions"], advantages, returns])
+        inputs, actions, advantages, returns = select(None)
         if self.normalize_advantage:
             mean, var = tf.nn.moments(advantages, axes=[0])
             advantages = (advantages - mean) / (tf.sqrt(var) + 1e-8)
         variables = self.trainable_variables()
         with tf.GradientTape() as tape:
-            out, values = self.forward(flatten_time(batch["obs"]))
-            log_probs, entropy = self.log_prob_entropy(out, flatten_time(batch["actions"]))
+            out, values = self.forward(inputs)
+            log_probs, entropy = self.log_prob_entropy(out, actions)
             loss, metrics = a2c_loss(log_probs, entropy, values, advantages, returns, self.entropy_coef,
                                      self.value_loss_coef)
         grads = tape.gradient(loss, variables)

@@ -22,16 +22,41 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.agents.distributions import no_autograph
-from rlexp.envs import is_image, space_kind
+from rlexp.envs import is_image, is_structured, observation_parts, space_kind
 from rlexp.errors import UserError
 from rlexp.files import write_atomic
 from rlexp.graph_envs import GraphVectorEnv
 from rlexp.history import History, plot_history
-from rlexp.models import build_model
+from rlexp.models import build_model, is_recurrent
 from rlexp.normalize import Normalizer
 from rlexp.progress import Progress
 
 log = logging.getLogger("rlexp")
+
+MIXED_PRECISION = (False, True, "float16", "bfloat16")
+
+
+def precision_policy(mixed_precision: bool | str) -> str:
+    """The Keras dtype policy for run.mixed_precision: float16 on a GPU and bfloat16 on a CPU for True."""
+    if not mixed_precision:
+        return "float32"
+    if mixed_precision is True:
+        return "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+    return f"mixed_{mixed_precision}"
+
+
+@contextlib.contextmanager
+def dtype_policy(name: str):
+    """Keras's global dtype policy set to `name` while models are built, then restored."""
+    import keras
+
+    previous = keras.mixed_precision.dtype_policy()
+    keras.mixed_precision.set_dtype_policy(name)
+    try:
+        yield
+    finally:
+        keras.mixed_precision.set_dtype_policy(previous)
+
 
 class TrainingDiverged(RuntimeError):
     """A loss or parameter became NaN or infinite."""
@@ -98,9 +123,14 @@ class Agent:
         bootstrap_truncation: treat time-limit truncation as non-terminal (bootstrap from the final
             observation); False treats it as an episode end like termination.
         jit_compile: compile the update (gradient) steps with XLA.
+        mixed_precision: compute in 16-bit floats with float32 variables, optimizer state, outputs and losses:
+            True (float16 on a GPU, bfloat16 on a CPU), 'float16', 'bfloat16' or False (PPO, A2C, VPG).
+    Dict and Tuple observations are flattened (gymnasium's FlattenObservation); the model splits them again.
     """
 
     action_spaces: tuple[str, ...] = ("discrete", "continuous")
+    recurrent_models = False  # supports model presets with lstm/gru layers
+    mixed_precision_support = False
     off_policy = False
     default_models = {"image": "nature_cnn", "vector": "mlp"}  # what model=auto builds
     lr_schedules: tuple[str, ...] = ("constant", "linear")
@@ -113,7 +143,8 @@ class Agent:
                  plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
                  display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
                  normalize_obs: bool = False, normalize_reward: bool = False,
-                 bootstrap_truncation: bool = True, jit_compile: bool = False) -> None:
+                 bootstrap_truncation: bool = True, jit_compile: bool = False,
+                 mixed_precision: bool | str = False) -> None:
         autoreset = getattr(envs, "metadata", {}).get("autoreset_mode", gym.vector.AutoresetMode.SAME_STEP)
         if autoreset != gym.vector.AutoresetMode.SAME_STEP:
             raise UserError(f"rlexp needs vector envs that reset in the step an episode ends: build them with "
@@ -124,6 +155,10 @@ class Agent:
 
             keras.utils.set_random_seed(int(seed))
             tf.config.experimental.enable_op_determinism()
+        self.structured_space = envs.single_observation_space if is_structured(envs.single_observation_space) else None
+        if self.structured_space is not None:  # Dict/Tuple observations: flat vectors, split by the model's encoders
+            envs = gym.wrappers.vector.FlattenObservation(envs)
+        self.obs_parts = observation_parts(self.structured_space) if self.structured_space is not None else None
         self.envs = envs
         self.n_envs = envs.num_envs
         self.observation_space = envs.single_observation_space
@@ -162,7 +197,19 @@ class Agent:
                                      bool(normalize_obs), bool(normalize_reward))
         self.obs_shape = tuple(self.observation_space.shape)
         self.n_actions = int(self.action_space.n) if self.action_kind == "discrete" else int(np.prod(self.action_space.shape))
+        if self.action_kind == "multi_discrete" and len(self.action_space.shape) != 1:
+            raise UserError(f"MultiDiscrete actions must be one-dimensional (got shape {self.action_space.shape})")
         self.model_preset = self._resolve_model(model)
+        self.recurrent = is_recurrent(self.model_preset)
+        if self.recurrent and not self.recurrent_models:
+            raise UserError(f"model={self.model_preset.get('name')} has recurrent (lstm/gru) layers, which "
+                            f"{type(self).__name__} does not support (PPO, A2C and VPG do); pick another model")
+        if mixed_precision not in MIXED_PRECISION:
+            raise UserError(f"run.mixed_precision={mixed_precision!r} must be one of "
+                            f"{', '.join(map(str, MIXED_PRECISION))}")
+        if mixed_precision and not self.mixed_precision_support:
+            raise UserError(f"run.mixed_precision is supported by PPO, A2C and VPG, not {type(self).__name__}")
+        self.precision = precision_policy(mixed_precision)
 
         self.rng = np.random.default_rng(seed)
         # without a seed, one from the OS's entropy (from_non_deterministic_state refuses to run once an earlier
@@ -187,7 +234,8 @@ class Agent:
         self._episode_returns = np.zeros(self.n_envs)
         self._finished: list[tuple[int, float]] = []
         self._obs = self._reset_envs(seed)
-        self.build()
+        with dtype_policy(self.precision):
+            self.build()
 
     # ----- to implement in algorithms -------------------------------------------------------------
     def build(self) -> None:
@@ -239,7 +287,7 @@ class Agent:
             return build_model(preset or self.model_preset, (self.obs_shape[0] + extra_inputs,), heads, name=name)
         channels_first = self.image_obs and len(self.obs_shape) == 3 and self.obs_shape[0] < self.obs_shape[-1]
         return build_model(preset or self.model_preset, self.obs_shape, heads, input_dtype=self.obs_dtype,
-                           channels_first=channels_first, name=name, latent_of=latent_of)
+                           channels_first=channels_first, name=name, latent_of=latent_of, parts=self.obs_parts)
 
     def make_optimizer(self):
         """Keras's Adam or RMSprop, with fused update kernels (rlexp.optimizers)."""
@@ -286,7 +334,9 @@ class Agent:
         the raw `obs`, for replay buffers, which store raw data (see `OffPolicyAgent.store_step`).
         """
         env_actions = actions
-        if self.action_kind == "continuous":
+        if self.action_kind == "multi_discrete":
+            env_actions = actions + self.action_space.start
+        elif self.action_kind == "continuous":
             # np.clip's result, at half its cost on a few actions
             env_actions = np.minimum(np.maximum(actions, self.action_space.low), self.action_space.high)
         obs, rewards, terminated, truncated, info = self.envs.step(env_actions)
@@ -501,11 +551,21 @@ class Agent:
             raise TrainingDiverged(f"non-finite {', '.join(bad)} at step {self.steps:,}")
 
     # ----- acting, evaluation ---------------------------------------------------------------------
-    def act(self, obs: np.ndarray) -> np.ndarray:
-        """Deterministic actions for a batch of observations."""
+    def flat_obs(self, obs: Any) -> np.ndarray:
+        """A batch of observations as the agent sees them (Dict/Tuple observations flattened)."""
+        if self.structured_space is None:
+            return obs
+        batched = gym.vector.utils.batch_space(self.structured_space, len(obs) if not isinstance(obs, dict) else
+                                               len(next(iter(obs.values()))))
+        return np.stack([gym.spaces.flatten(self.structured_space, o)
+                         for o in gym.vector.utils.iterate(batched, obs)]).astype(np.float32)
+
+    def act(self, obs: np.ndarray, episode_starts: np.ndarray | None = None) -> np.ndarray:
+        """Deterministic actions for a batch of observations. `episode_starts` flags the envs whose episode
+        starts with this observation (recurrent policies reset their state there; None: all on the first call)."""
         if not hasattr(self, "_policy_fn"):
             self._policy_fn = tf.function(self.policy)
-        obs = self.normalizer.obs(obs).astype(self.obs_dtype, copy=False)
+        obs = self.normalizer.obs(self.flat_obs(obs)).astype(self.obs_dtype, copy=False)
         actions = self._policy_fn(tf.convert_to_tensor(obs)).numpy()
         if self.action_kind == "continuous":
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
@@ -527,8 +587,10 @@ class Agent:
         counted = np.zeros(n, int)
         running = np.zeros(n)
         obs, _ = envs.reset(seed=None if self.seed is None else self.seed + 10_000)
+        starts = np.ones(n, bool)
         while (counted < quota).any():
-            obs, rewards, terminated, truncated, _ = envs.step(self.act(obs))
+            obs, rewards, terminated, truncated, _ = envs.step(self.act(obs, starts))
+            starts = terminated | truncated
             running += rewards
             for i in np.flatnonzero(terminated | truncated):
                 if counted[i] < quota[i]:

@@ -64,3 +64,46 @@ def gaussian_kl(old_mean: tf.Tensor, old_log_std: tf.Tensor, mean: tf.Tensor, lo
     old_var, var = tf.exp(2.0 * old_log_std), tf.exp(2.0 * log_std)
     kl = log_std - old_log_std + (old_var + tf.square(old_mean - mean)) / (2.0 * var) - 0.5
     return tf.reduce_sum(tf.broadcast_to(kl, tf.shape(mean)), axis=-1)
+
+
+# ----- factorised distributions for MultiDiscrete and MultiBinary actions --------------------------------
+@no_autograph
+def multi_categorical_sample(logits: tf.Tensor, nvec: list[int], rng: tf.random.Generator) -> tf.Tensor:
+    """One Gumbel-max sample per sub-action: [batch, len(nvec)] from logits [batch, sum(nvec)]."""
+    return tf.stack([categorical_sample(part, rng) for part in tf.split(logits, nvec, axis=-1)], axis=-1)
+
+
+@no_autograph
+def multi_categorical_log_prob(logits: tf.Tensor, nvec: list[int], actions: tf.Tensor) -> tf.Tensor:
+    """The sum of the sub-actions' categorical log-probabilities."""
+    parts = tf.split(logits, nvec, axis=-1)
+    return tf.add_n([categorical_log_prob(part, actions[..., i]) for i, part in enumerate(parts)])
+
+
+@no_autograph
+def multi_categorical_entropy(logits: tf.Tensor, nvec: list[int]) -> tf.Tensor:
+    return tf.add_n([categorical_entropy(part) for part in tf.split(logits, nvec, axis=-1)])
+
+
+@no_autograph
+def multi_categorical_mode(logits: tf.Tensor, nvec: list[int]) -> tf.Tensor:
+    return tf.stack([tf.argmax(part, axis=-1) for part in tf.split(logits, nvec, axis=-1)], axis=-1)
+
+
+@no_autograph
+def bernoulli_sample(logits: tf.Tensor, rng: tf.random.Generator) -> tf.Tensor:
+    """Independent 0/1 draws with P(1) = sigmoid(logit)."""
+    return tf.cast(rng.uniform(tf.shape(logits)) < tf.sigmoid(logits), tf.int64)
+
+
+@no_autograph
+def bernoulli_log_prob(logits: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
+    """sum_i a_i log sigmoid(l_i) + (1 - a_i) log sigmoid(-l_i)."""
+    return -tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=tf.cast(actions, logits.dtype),
+                                                                  logits=logits), axis=-1)
+
+
+@no_autograph
+def bernoulli_entropy(logits: tf.Tensor) -> tf.Tensor:
+    p = tf.sigmoid(logits)
+    return tf.reduce_sum(tf.nn.sigmoid_cross_entropy_with_logits(labels=p, logits=logits), axis=-1)

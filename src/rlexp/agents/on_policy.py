@@ -33,10 +33,15 @@ class OnPolicyAgent(Agent):
         use_sde: continuous actions: generalised state-dependent exploration (Raffin et al. 2022): the
             noise is the policy's last hidden features times a random matrix drawn from N(0, std^2)
             every `sde_sample_freq` steps (-1: once per rollout); std is a learned [features, actions] matrix.
+        sequence_length: recurrent models: the rollout is cut into sequences of this many steps per env
+            (None: the whole rollout), each starting from the hidden state stored at its first step;
+            minibatches are whole sequences (truncated backpropagation through time).
     Continuous actions are sampled unbounded and clipped to the action space when stepping; the
-    unclipped sample is what the log-probabilities are computed for (as SB3 does).
+    unclipped sample is what the log-probabilities are computed for (as SB3 does). MultiDiscrete and
+    MultiBinary actions use factorised categorical and Bernoulli distributions.
     """
 
+    critic = True  # the model has a value head (VPG without a baseline has none)
     STEPS_PER_CALL = 2048  # target reward, early stopping and progress are checked between calls
     jit_update = True  # `update` is pure TensorFlow (XLA can compile it)
     numpy_acting = True  # act with NumPy mirrors of MLP models during rollouts (see `_numpy_rollout`)
@@ -47,10 +52,14 @@ class OnPolicyAgent(Agent):
 
     def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128,
                  log_std_init: float = 0.0, state_dependent_std: bool = False, use_sde: bool = False,
-                 sde_sample_freq: int = -1, **kwargs) -> None:
+                 sde_sample_freq: int = -1, sequence_length: int | None = None, **kwargs) -> None:
         if int(n_steps) < 1:
             raise UserError(f"agent.n_steps={n_steps} must be at least 1")
         self.n_steps = int(n_steps)
+        self.sequence_length = int(sequence_length or n_steps)
+        if self.sequence_length < 1 or self.n_steps % self.sequence_length:
+            raise UserError(f"agent.sequence_length={sequence_length} must divide agent.n_steps={n_steps}")
+        self.rnn_states: list[tf.Variable] = []  # recurrent models: each state per env, carried across rollouts
         self.log_std_init, self.state_dependent_std = float(log_std_init), bool(state_dependent_std)
         self.sde = bool(use_sde) and space_kind(envs.single_action_space) == "continuous"
         self.sde_sample_freq = int(sde_sample_freq) if int(sde_sample_freq) > 0 else int(n_steps)
@@ -68,9 +77,17 @@ class OnPolicyAgent(Agent):
     # ----- the policy distribution ------------------------------------------------------------------
     @property
     def policy_units(self) -> int:
-        """Units of the policy head: logits, Gaussian means, or means and log stds."""
+        """Units of the policy head: logits (per sub-action for MultiDiscrete, per bit for MultiBinary),
+        Gaussian means, or means and log stds."""
+        if self.action_kind == "multi_discrete":
+            return int(sum(self.nvec))
         continuous = self.action_kind == "continuous"
         return self.n_actions * (2 if continuous and self.state_dependent_std else 1)
+
+    @property
+    def nvec(self) -> list[int]:
+        """MultiDiscrete: the number of choices of each sub-action."""
+        return [int(n) for n in self.action_space.nvec]
 
     def make_log_std(self, policy_model=None) -> None:
         """The learned log std: a vector, or with gSDE a [features, actions] matrix (plus its noise draw)."""
@@ -93,7 +110,9 @@ class OnPolicyAgent(Agent):
 
     def build(self) -> None:
         """One model with policy and value heads (A2C, PPO); TRPO builds separate actor and critic."""
-        self.model = self.build_model({"policy": self.policy_units, "value": 1}, **self.model_kwargs())
+        heads = {"policy": self.policy_units} | ({"value": 1} if self.critic else {})
+        self.model = self.build_model(heads, **self.model_kwargs())
+        self.make_recurrent_state(self.model)
         self.make_log_std()
         self.optimizer = self.make_optimizer()
         self.optimizer.build(self.trainable_variables())
@@ -107,9 +126,109 @@ class OnPolicyAgent(Agent):
 
     @no_autograph
     def forward(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """(policy head output, state values [batch])."""
+        """(policy head output, state values [batch]). A recurrent model reads the envs' current states (or,
+        given `sequence_inputs`, runs over the sequences and returns outputs flattened time-major)."""
+        if self.recurrent:
+            return self.recurrent_forward(obs)[:2]
         outputs = self.model(obs)
-        return self.policy_head(outputs), outputs[1][:, 0]
+        return self.policy_head(outputs), self.head_values(outputs)
+
+    @no_autograph
+    def head_values(self, outputs) -> tf.Tensor:
+        """State values [batch] from the model's outputs (zeros for a model without a value head)."""
+        if not self.critic:
+            out = outputs[0] if isinstance(outputs, (list, tuple)) else outputs
+            return tf.zeros(tf.shape(out)[:1])
+        return outputs[1][:, 0]
+
+    # ----- recurrent models ---------------------------------------------------------------------------
+    def make_recurrent_state(self, model) -> None:
+        """Per-env state variables of a recurrent model, and which envs start an episode at the next step."""
+        from rlexp.models import recurrent_state_sizes
+
+        self.rnn_states = [tf.Variable(tf.zeros([self.n_envs, units]), trainable=False, name=f"rnn_state_{i}")
+                           for i, units in enumerate(recurrent_state_sizes(model))]
+        self.episode_starts = tf.Variable(tf.ones([self.n_envs]), trainable=False, name="episode_starts")
+
+    @no_autograph
+    def recurrent_forward(self, obs, starts=None, states=None) -> tuple[tf.Tensor, tf.Tensor, list[tf.Tensor]]:
+        """(policy head output, values, new states) of the recurrent model for one step of `obs` [batch, ...]
+        from `states` (default: the envs' current ones) with `starts` flagging episode starts; or, for
+        `sequence_inputs` (a dict), over [time, batch] sequences, outputs flattened time-major."""
+        sequences = isinstance(obs, dict)
+        if sequences:
+            obs, starts, states = swap_time(obs["obs"]), swap_time(obs["starts"]), obs["states"]
+        else:
+            starts = self.episode_starts if starts is None else starts
+            states = self.rnn_states if states is None else states
+            obs, starts = obs[:, None], starts[:, None]
+        outputs = self.model([obs, starts, *states])
+        n_heads = len(outputs) - len(self.rnn_states)
+        heads, new_states = outputs[:n_heads], outputs[n_heads:]
+        heads = [flatten_time(swap_time(h)) if sequences else h[:, 0] for h in heads]
+        return self.policy_head(heads), self.head_values(heads), new_states
+
+    @no_autograph
+    def recurrent_policy(self, obs, starts, states) -> tuple[tf.Tensor, list[tf.Tensor]]:
+        out, _, states = self.recurrent_forward(obs, starts, states)
+        return self.mode(out), states
+
+    def act(self, obs: np.ndarray, episode_starts: np.ndarray | None = None) -> np.ndarray:
+        """Deterministic actions; a recurrent policy carries its state from call to call (one per env of the
+        batch, zeroed where `episode_starts` is set, and for all envs on the first call)."""
+        if not self.recurrent:
+            return super().act(obs, episode_starts)
+        obs = self.normalizer.obs(self.flat_obs(obs)).astype(self.obs_dtype, copy=False)
+        states = getattr(self, "_act_states", None)
+        if states is None or len(states[0]) != len(obs):
+            states = [np.zeros((len(obs), int(v.shape[-1])), np.float32) for v in self.rnn_states]
+            episode_starts = np.ones(len(obs))
+        if not hasattr(self, "_recurrent_policy_fn"):
+            self._recurrent_policy_fn = tf.function(self.recurrent_policy)
+        starts = np.zeros(len(obs), np.float32) if episode_starts is None else np.asarray(episode_starts, np.float32)
+        actions, states = self._recurrent_policy_fn(tf.convert_to_tensor(obs), tf.convert_to_tensor(starts),
+                                                    [tf.convert_to_tensor(s) for s in states])
+        self._act_states = [s.numpy() for s in states]
+        actions = actions.numpy()
+        if self.action_kind == "continuous":
+            actions = np.clip(actions, self.action_space.low, self.action_space.high)
+        return actions
+
+    @property
+    def n_sequences(self) -> int:
+        """Sequences a recurrent model's rollout is cut into (n_envs per `sequence_length` steps)."""
+        return self.n_steps // self.sequence_length * self.n_envs
+
+    @no_autograph
+    def to_sequences(self, x: tf.Tensor) -> tf.Tensor:
+        """[T, N, ...] -> [L, S, ...]: each env's rollout cut into T/L sequences of L steps, S = T/L * N."""
+        T, N, L = self.n_steps, self.n_envs, self.sequence_length
+        if L == T:
+            return x
+        rest = tf.shape(x)[2:]
+        x = tf.reshape(x, tf.concat([[T // L, L, N], rest], 0))
+        x = tf.transpose(x, [1, 0, 2, *range(3, x.shape.rank)])
+        return tf.reshape(x, tf.concat([[L, T // L * N], rest], 0))
+
+    @no_autograph
+    def training_units(self, batch: dict[str, tf.Tensor], tensors: list[tf.Tensor]):
+        """The rollout as the units minibatches are drawn from: (count, select), where select(rows) gives
+        [model input, *tensors] for those units (None: all), the tensors flattened to rows. Units are
+        transitions for feed-forward models, whole sequences (see `sequence_length`) for recurrent ones."""
+        if not self.recurrent:
+            flat = [flatten_time(batch["obs"])] + [flatten_time(x) for x in tensors]
+            return self.n_steps * self.n_envs, lambda rows: flat if rows is None else [tf.gather(x, rows) for x in flat]
+        L = self.sequence_length
+        columns = [self.to_sequences(batch["obs"]), self.to_sequences(batch["starts"])] + [
+            self.to_sequences(x) for x in tensors]
+        states = [tf.reshape(batch[f"state_{i}"][::L], [self.n_sequences, -1]) for i in range(len(self.rnn_states))]
+
+        def select(rows):
+            cols = columns if rows is None else [tf.gather(x, rows, axis=1) for x in columns]
+            picked = states if rows is None else [tf.gather(x, rows) for x in states]
+            return [dict(obs=cols[0], starts=cols[1], states=picked)] + [flatten_time(x) for x in cols[2:]]
+
+        return self.n_sequences, select
 
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """Learn from one rollout ([T, N, ...] tensors plus `last_values`); graph code."""
@@ -131,6 +250,10 @@ class OnPolicyAgent(Agent):
     def log_prob_entropy(self, out: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         if self.action_kind == "discrete":
             return D.categorical_log_prob(out, actions), D.categorical_entropy(out)
+        if self.action_kind == "multi_discrete":
+            return D.multi_categorical_log_prob(out, self.nvec, actions), D.multi_categorical_entropy(out, self.nvec)
+        if self.action_kind == "multi_binary":
+            return D.bernoulli_log_prob(out, actions), D.bernoulli_entropy(out)
         mean, log_std = self.gaussian(out)
         return D.gaussian_log_prob(mean, log_std, actions), D.gaussian_entropy(mean, log_std)
 
@@ -150,15 +273,26 @@ class OnPolicyAgent(Agent):
     @no_autograph
     def step_dtypes(self) -> dict[str, tf.DType]:
         """What `sample_action` returns per step (stored in the rollout besides obs, rewards, dones)."""
-        action_dtype = tf.int64 if self.action_kind == "discrete" else tf.float32
-        return dict(actions=action_dtype, log_probs=tf.float32, values=tf.float32)
+        action_dtype = tf.float32 if self.action_kind == "continuous" else tf.int64
+        recurrent = {}
+        if self.recurrent:  # each step's episode-start flags and the states it started from
+            recurrent = {"starts": tf.float32} | {f"state_{i}": tf.float32 for i in range(len(self.rnn_states))}
+        return dict(actions=action_dtype, log_probs=tf.float32, values=tf.float32) | recurrent
 
     @no_autograph
     def sample_action(self, obs: tf.Tensor) -> dict[str, tf.Tensor]:
         """Sampled actions with their log probs and the state values, for a batch of observations."""
-        out, value = self.forward(obs)
+        return self.sample_from(*self.forward(obs))
+
+    @no_autograph
+    def sample_from(self, out: tf.Tensor, value: tf.Tensor) -> dict[str, tf.Tensor]:
+        """Actions sampled from the policy head output, with their log probs, and the values."""
         if self.action_kind == "discrete":
             actions = D.categorical_sample(out, self.tf_rng)
+        elif self.action_kind == "multi_discrete":
+            actions = D.multi_categorical_sample(out, self.nvec, self.tf_rng)
+        elif self.action_kind == "multi_binary":
+            actions = D.bernoulli_sample(out, self.tf_rng)
         elif self.sde:  # noise = features @ this env's exploration matrix
             actions = out[:, :self.n_actions] + tf.einsum("nd,nda->na", out[:, self.n_actions:], self.sde_noise)
         else:
@@ -176,8 +310,18 @@ class OnPolicyAgent(Agent):
 
     @no_autograph
     def policy(self, obs: tf.Tensor) -> tf.Tensor:
-        out = self.forward(obs)[0]
-        return tf.argmax(out, axis=-1) if self.action_kind == "discrete" else self.gaussian(out)[0]
+        return self.mode(self.forward(obs)[0])
+
+    @no_autograph
+    def mode(self, out: tf.Tensor) -> tf.Tensor:
+        """The policy's deterministic action from its head output."""
+        if self.action_kind == "discrete":
+            return tf.argmax(out, axis=-1)
+        if self.action_kind == "multi_discrete":
+            return D.multi_categorical_mode(out, self.nvec)
+        if self.action_kind == "multi_binary":
+            return tf.cast(out > 0, tf.int64)
+        return self.gaussian(out)[0]
 
     def extra_variables(self) -> dict[str, tf.Variable]:
         if self.action_kind == "continuous" and not self.state_dependent_std:
@@ -185,7 +329,10 @@ class OnPolicyAgent(Agent):
         return {}
 
     def resume_variables(self) -> dict[str, tf.Variable]:
-        return {"sde_noise": self.sde_noise} if self.sde else {}
+        recurrent = {f"rnn_state_{i}": v for i, v in enumerate(self.rnn_states)}
+        if self.recurrent:
+            recurrent["episode_starts"] = self.episode_starts
+        return ({"sde_noise": self.sde_noise} if self.sde else {}) | recurrent
 
     # ----- collection -------------------------------------------------------------------------------
     def _numpy_step(self, actions: np.ndarray):
@@ -207,7 +354,8 @@ class OnPolicyAgent(Agent):
         if not hasattr(self, "_mirrors"):
             from rlexp.numpy_models import NumpyModel
 
-            ok = self.numpy_acting and not self.sde and not self.image_obs and not self.steps_in_graph
+            ok = (self.numpy_acting and not self.sde and not self.image_obs and not self.steps_in_graph
+                  and not self.recurrent and self.action_kind in ("discrete", "continuous"))
             mirrors = [NumpyModel.mirror(m) for m in self.numpy_models()] if ok else [None]
             self._mirrors = mirrors if all(m is not None for m in mirrors) else None
         return self._mirrors is not None
@@ -289,7 +437,15 @@ class OnPolicyAgent(Agent):
         n_envs, obs_shape = self.n_envs, self.obs_shape
         if self.sde:
             tf.cond(t % self.sde_sample_freq == 0, self._resample_sde_noise_then_0, lambda: tf.constant(0))
-        outputs = self.sample_action(obs) | {"obs": obs}
+        if self.recurrent:  # act from the envs' states, then carry the new ones (stored: the states before)
+            starts, states = self.episode_starts.read_value(), [v.read_value() for v in self.rnn_states]
+            out, value, new_states = self.recurrent_forward(obs, starts, states)
+            outputs = self.sample_from(out, value) | {"obs": obs, "starts": starts}
+            outputs |= {f"state_{i}": state for i, state in enumerate(states)}
+            for variable, state in zip(self.rnn_states, new_states):
+                variable.assign(state)
+        else:
+            outputs = self.sample_action(obs) | {"obs": obs}
         if self.steps_in_graph:
             obs, rewards, terminated, truncated, next_obs = self.graph_env_step(outputs["actions"])
             truncated = truncated & ~terminated
@@ -303,12 +459,22 @@ class OnPolicyAgent(Agent):
         for x in (rewards, terminated, truncated):
             x.set_shape((n_envs,))
         outputs |= dict(rewards=rewards, dones=tf.cast(terminated | truncated, tf.float32))
-        if self.image_obs:  # time-limit truncation is not terminal: bootstrap with the value of the final obs
-            bootstrap = tf.cond(tf.reduce_any(truncated), lambda: self.value(next_obs), lambda: tf.zeros((n_envs,)))
+        if self.recurrent:
+            self.episode_starts.assign(outputs["dones"])
+            final_value = lambda: self.recurrent_forward(next_obs, tf.zeros((n_envs,)), new_states)[1]  # noqa: E731
+        else:
+            final_value = lambda: self.value(next_obs)  # noqa: E731
+        if self.per_step_bootstrap:  # time-limit truncation is not terminal: bootstrap with the final obs's value
+            bootstrap = tf.cond(tf.reduce_any(truncated), final_value, lambda: tf.zeros((n_envs,)))
             outputs["rewards"] += self.gamma * bootstrap * tf.cast(truncated, tf.float32)
         else:  # bootstrapped by `rollout`, all steps at once
             outputs |= dict(next_obs=next_obs, truncated=tf.cast(truncated, tf.float32))
         return obs, outputs
+
+    @property
+    def per_step_bootstrap(self) -> bool:
+        """Truncations bootstrapped in the step (images: no final-obs copies; recurrent: the step's state)."""
+        return self.image_obs or self.recurrent
 
     @no_autograph
     def rollout(self, obs: tf.Tensor) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
@@ -316,7 +482,7 @@ class OnPolicyAgent(Agent):
         `tf.while_loop`, no AutoGraph; unrolled, even A2C's 5 steps took longer to build than they saved)."""
         obs_dtype = tf.as_dtype(self.obs_dtype)
         dtypes = self.step_dtypes() | dict(obs=obs_dtype, rewards=tf.float32, dones=tf.float32)
-        if not self.image_obs:
+        if not self.per_step_bootstrap:
             dtypes |= dict(next_obs=obs_dtype, truncated=tf.float32)
         arrays = {k: tf.TensorArray(dtype, self.n_steps) for k, dtype in dtypes.items()}
 
@@ -326,7 +492,7 @@ class OnPolicyAgent(Agent):
 
         _, obs, arrays = tf.while_loop(lambda t, *_: t < self.n_steps, step, (tf.constant(0), obs, arrays))
         batch = {k: v.stack() for k, v in arrays.items()}
-        if not self.image_obs:  # truncations bootstrapped in one pass (a condition per step: a slower first call)
+        if not self.per_step_bootstrap:  # truncations bootstrapped in one pass (a condition per step: a slower first call)
             final_values = tf.reshape(self.value(flatten_time(batch.pop("next_obs"))), (self.n_steps, self.n_envs))
             batch["rewards"] += self.gamma * final_values * batch.pop("truncated")
         batch["last_values"] = self.value(obs)
@@ -397,6 +563,12 @@ class OnPolicyAgent(Agent):
 
 
 GAE_UNROLL_STEPS = 64  # rollouts up to this length get GAE's recursion unrolled in the graph
+
+
+@no_autograph
+def swap_time(x: tf.Tensor) -> tf.Tensor:
+    """[T, N, ...] <-> [N, T, ...]."""
+    return tf.transpose(x, [1, 0, *range(2, x.shape.rank)])
 
 
 @no_autograph

@@ -3,7 +3,7 @@ from __future__ import annotations
 
 import tensorflow as tf
 
-from rlexp.agents.on_policy import OnPolicyAgent, compute_gae, flatten_time
+from rlexp.agents.on_policy import OnPolicyAgent, compute_gae
 from rlexp.agents.distributions import no_autograph
 from rlexp.errors import UserError
 
@@ -35,7 +35,8 @@ class PPO(OnPolicyAgent):
             exceeds 2 * kl_target and multiplied by 1.5 when it is below kl_target / 2.
     """
 
-    action_spaces = ("discrete", "continuous")
+    action_spaces = ("discrete", "continuous", "multi_discrete", "multi_binary")
+    recurrent_models = mixed_precision_support = True
     lr_schedules = ("constant", "linear", "kl_adaptive")
 
     def __init__(self, envs, model=None, buffer=None, *, lam: float = 0.95, clip_norm: float = 0.1,
@@ -56,10 +57,11 @@ class PPO(OnPolicyAgent):
         self.kl_threshold = None if kl_threshold is None else float(kl_threshold)
         self.kl_target = float(kl_target)
         super().__init__(envs, model, buffer, **kwargs)
-        rollout = self.n_steps * self.n_envs
-        if self.mini_batches < 1 or rollout % self.mini_batches:
-            raise UserError(f"agent.mini_batches={self.mini_batches} must divide the rollout size "
-                            f"n_steps*n_envs={rollout}")
+        units = self.n_sequences if self.recurrent else self.n_steps * self.n_envs
+        if self.mini_batches < 1 or units % self.mini_batches:
+            what = (f"the number of sequences n_envs*n_steps/sequence_length={units}" if self.recurrent else
+                    f"the rollout size n_steps*n_envs={units}")
+            raise UserError(f"agent.mini_batches={self.mini_batches} must divide {what}")
 
     def schedules(self):
         if self.clip_schedule == "constant":  # the constant stays a graph constant
@@ -94,9 +96,8 @@ class PPO(OnPolicyAgent):
         AutoGraph's conversion of this method cost ~0.5 s per run)."""
         advantages, returns = compute_gae(batch["rewards"], batch["values"], batch["dones"], batch["last_values"],
                                           self.gamma, self.lam)
-        data = [flatten_time(x) for x in (batch["obs"], batch["actions"], batch["log_probs"], advantages, returns,
-                                           batch["values"])]
-        size = self.n_steps * self.n_envs
+        size, select = self.training_units(batch, [batch["actions"], batch["log_probs"], advantages, returns,
+                                                   batch["values"]])
         mb = size // self.mini_batches
         variables = self.trainable_variables()
         keys = ("policy_loss", "value_loss", "entropy", "approx_kl")
@@ -112,13 +113,13 @@ class PPO(OnPolicyAgent):
 
         def epoch(n_epochs, totals, _):
             if self.mini_batches == 1:  # the minibatch is the whole rollout: its mean loss needs no shuffle
-                totals, epoch_kl = gradient_step(data, totals, 0.0)
+                totals, epoch_kl = gradient_step(select(None), totals, 0.0)
             else:
                 order = tf.argsort(self.tf_rng.uniform([size]))
 
                 def minibatch(i, totals, epoch_kl):
                     rows = order[i * mb:(i + 1) * mb]
-                    return (i + 1, *gradient_step([tf.gather(x, rows) for x in data], totals, epoch_kl))
+                    return (i + 1, *gradient_step(select(rows), totals, epoch_kl))
 
                 _, totals, epoch_kl = tf.while_loop(lambda i, *_: i < self.mini_batches, minibatch,
                                                     (tf.constant(0), totals, tf.constant(0.0)))

@@ -1,0 +1,35 @@
+"""Env wrappers that env presets can list under `env.wrappers` (besides gymnasium's own)."""
+from __future__ import annotations
+
+from typing import Sequence
+
+import gymnasium as gym
+import numpy as np
+
+# The velocity entries of classic-control and Box2D observations (RL Zoo's MaskVelocityWrapper table).
+VELOCITY_INDICES = {
+    "CartPole-v1": [1, 3],
+    "CartPole-v0": [1, 3],
+    "Pendulum-v1": [2],
+    "MountainCar-v0": [1],
+    "MountainCarContinuous-v0": [1],
+    "LunarLander-v3": [2, 3, 5],
+    "LunarLanderContinuous-v3": [2, 3, 5],
+}
+
+
+class MaskVelocity(gym.ObservationWrapper):
+    """Zero the velocity entries of the observation, making the env partially observed (a policy needs
+    memory to act well). `indices` picks the entries; by default they come from `VELOCITY_INDICES`."""
+
+    def __init__(self, env: gym.Env, indices: Sequence[int] | None = None) -> None:
+        super().__init__(env)
+        env_id = env.spec.id if env.spec is not None else None
+        if indices is None and env_id not in VELOCITY_INDICES:
+            raise ValueError(f"MaskVelocity knows no velocity entries of {env_id}; give them as indices=[...] "
+                             f"(known: {', '.join(VELOCITY_INDICES)})")
+        self.mask = np.ones(env.observation_space.shape, np.float32)
+        self.mask[list(VELOCITY_INDICES[env_id] if indices is None else indices)] = 0.0
+
+    def observation(self, observation: np.ndarray) -> np.ndarray:
+        return (observation * self.mask).astype(observation.dtype, copy=False)
