@@ -43,6 +43,12 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "sac-lunarlander-continuous": (["agent=sac", "env=lunarlander_continuous", "run.max_steps=5e5",
                                     "run.target_reward=null"], 200),
     "sac-bipedal": (["agent=sac", "env=bipedal", "run.max_steps=5e5", "run.target_reward=null"], 250),
+    "vpg-cartpole": (["agent=vpg", "env=cartpole", "run.max_steps=2e5", "run.target_reward=null"], 475),
+    # partially observed (velocities masked): the LSTM preset against the MLP one with the same settings
+    "ppo-lstm-cartpole-novel": (["agent=ppo", "env=cartpole_novel", "model=lstm", "run.max_steps=1e5"], 475),
+    "ppo-mlp-cartpole-novel": (["agent=ppo", "env=cartpole_novel", "model=mlp", "run.max_steps=1e5"], 475),
+    "ppo-lstm-pendulum-novel": (["agent=ppo", "env=pendulum_novel", "model=lstm", "run.max_steps=2e5"], -250),
+    "ppo-mlp-pendulum-novel": (["agent=ppo", "env=pendulum_novel", "model=mlp", "run.max_steps=2e5"], -250),
     # throughput only (threshold None): 25k agent steps = 100k frames (frame skip 4)
     "acer-pong": (["agent=acer", "env=pong", "run.max_steps=25000", "run.target_reward=null",
                    "run.eval_episodes=1"], None),

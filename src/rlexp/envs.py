@@ -160,12 +160,29 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
         raise UserError(f"env.id={env_id!r} needs a package that is not installed ({e.name})") from None
     try:
         envs = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode=vectorization,
-                            wrappers=[*atari, *extra_wrappers],
+                            wrappers=[*atari, *extra_wrappers, FlattenStructured.wrap],
                             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **make_kwargs)
     except (gym.error.DependencyNotInstalled, ModuleNotFoundError, ImportError) as e:
         raise UserError(f"env.id={env_id!r} can't be built: {e}") from None
     envs.reset(seed=seed)
+    try:
+        envs.structured_observation_space = envs.get_attr("structured_space")[0]
+    except AttributeError:
+        pass
     return envs
+
+
+class FlattenStructured(gym.wrappers.FlattenObservation):
+    """gymnasium's FlattenObservation for Dict/Tuple observations, keeping the original space (the model
+    splits the flat vector into its parts again: `observation_parts`)."""
+
+    def __init__(self, env: gym.Env) -> None:
+        self.structured_space = env.observation_space
+        super().__init__(env)
+
+    @classmethod
+    def wrap(cls, env: gym.Env) -> gym.Env:
+        return cls(env) if is_structured(env.observation_space) else env
 
 
 def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vector.VectorEnv:

@@ -168,7 +168,8 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
         buffer = _instantiate(cfg.buffer)
     model = OmegaConf.to_container(cfg.model, resolve=True)
     agent = _instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed,
-                        clip_rewards=bool(cfg.env.clip_rewards), _convert_="all")
+                        clip_rewards=bool(cfg.env.clip_rewards), mixed_precision=cfg.run.get("mixed_precision", False),
+                        _convert_="all")
     return agent
 
 

@@ -61,8 +61,5 @@ class A2C(OnPolicyAgent):
             log_probs, entropy = self.log_prob_entropy(out, actions)
             loss, metrics = a2c_loss(log_probs, entropy, values, advantages, returns, self.entropy_coef,
                                      self.value_loss_coef)
-        grads = tape.gradient(loss, variables)
-        if self.grad_norm is not None:
-            grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
-        self.optimizer.apply_gradients(zip(grads, variables))
+        self.minimize(tape, loss, variables, self.grad_norm)
         return metrics

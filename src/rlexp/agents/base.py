@@ -155,9 +155,11 @@ class Agent:
 
             keras.utils.set_random_seed(int(seed))
             tf.config.experimental.enable_op_determinism()
-        self.structured_space = envs.single_observation_space if is_structured(envs.single_observation_space) else None
-        if self.structured_space is not None:  # Dict/Tuple observations: flat vectors, split by the model's encoders
-            envs = gym.wrappers.vector.FlattenObservation(envs)
+        if is_structured(envs.single_observation_space):
+            raise UserError("Dict/Tuple observations: build the envs with rlexp.envs.make_envs, which flattens them "
+                            "for the agent (the model splits them into their parts again)")
+        # Dict/Tuple observations arrive flattened by make_envs, which keeps their structure here
+        self.structured_space = getattr(envs, "structured_observation_space", None)
         self.obs_parts = observation_parts(self.structured_space) if self.structured_space is not None else None
         self.envs = envs
         self.n_envs = envs.num_envs
@@ -553,7 +555,7 @@ class Agent:
     # ----- acting, evaluation ---------------------------------------------------------------------
     def flat_obs(self, obs: Any) -> np.ndarray:
         """A batch of observations as the agent sees them (Dict/Tuple observations flattened)."""
-        if self.structured_space is None:
+        if self.structured_space is None or isinstance(obs, np.ndarray):
             return obs
         batched = gym.vector.utils.batch_space(self.structured_space, len(obs) if not isinstance(obs, dict) else
                                                len(next(iter(obs.values()))))

@@ -117,6 +117,31 @@ class OnPolicyAgent(Agent):
         self.optimizer = self.make_optimizer()
         self.optimizer.build(self.trainable_variables())
 
+    def make_optimizer(self):
+        """The family's optimizer; under a float16 policy wrapped in Keras's LossScaleOptimizer (see `minimize`)."""
+        optimizer = super().make_optimizer()
+        if self.precision == "mixed_float16":
+            import keras
+
+            optimizer = keras.optimizers.LossScaleOptimizer(optimizer)
+        return optimizer
+
+    @no_autograph
+    def minimize(self, tape: tf.GradientTape, loss: tf.Tensor, variables: list[tf.Variable],
+                 grad_norm: float | None = None) -> None:
+        """One optimizer step on `loss` (recorded on `tape`), gradients clipped to the global norm `grad_norm`.
+        Under float16 the gradients are those of the loss times the loss scale (clipped at the scaled norm);
+        the LossScaleOptimizer unscales them, skips steps with non-finite ones and adapts the scale."""
+        scale = getattr(self.optimizer, "dynamic_scale", None)
+        if scale is None:
+            grads = tape.gradient(loss, variables)
+        else:
+            scale = tf.convert_to_tensor(scale)
+            grads = tape.gradient(loss, variables, output_gradients=tf.cast(scale, loss.dtype))
+        if grad_norm is not None:
+            grads, _ = tf.clip_by_global_norm(grads, grad_norm if scale is None else grad_norm * scale)
+        self.optimizer.apply_gradients(zip(grads, variables))
+
     def std_variables(self) -> list[tf.Variable]:
         """The learned log std (continuous actions with a state-independent or gSDE std)."""
         return [self.log_std] if self.action_kind == "continuous" and not self.state_dependent_std else []
@@ -345,8 +370,8 @@ class OnPolicyAgent(Agent):
 
     def numpy_forward(self, weights: list[list[np.ndarray]], obs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
         """NumPy twin of `forward`: (policy head output, values), from each model's weight arrays."""
-        policy, value = self._mirrors[0](weights[0], obs)[:2]
-        return policy, value[:, 0]
+        outputs = self._mirrors[0](weights[0], obs)
+        return outputs[0], outputs[1][:, 0] if self.critic else np.zeros(len(obs), np.float32)
 
     @no_autograph
     def _use_numpy_rollout(self) -> bool:

@@ -105,10 +105,7 @@ class PPO(OnPolicyAgent):
         def gradient_step(minibatch, totals, epoch_kl):
             with tf.GradientTape() as tape:
                 loss, metrics = self.loss(*minibatch)
-            grads = tape.gradient(loss, variables)
-            if self.grad_norm is not None:
-                grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
-            self.optimizer.apply_gradients(zip(grads, variables))
+            self.minimize(tape, loss, variables, self.grad_norm)
             return [t + metrics[k] for t, k in zip(totals, keys)], epoch_kl + metrics["approx_kl"] / self.mini_batches
 
         def epoch(n_epochs, totals, _):
