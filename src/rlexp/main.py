@@ -167,7 +167,9 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
                     getattr(buffers, buffer_target.rsplit(".", 1)[-1], object))
         buffer = _instantiate(cfg.buffer)
     model = OmegaConf.to_container(cfg.model, resolve=True)
-    agent = _instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed,
+    # an agent built to play or evaluate (n_envs given) never trains: its rollout's minibatch split doesn't apply
+    playing = {"mini_batches": 1} if n_envs is not None and "mini_batches" in cfg.agent else {}
+    agent = _instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed, **playing,
                         clip_rewards=bool(cfg.env.clip_rewards), mixed_precision=cfg.run.get("mixed_precision", False),
                         _convert_="all")
     return agent
