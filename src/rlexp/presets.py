@@ -6,16 +6,17 @@ from importlib import resources
 
 AGENT_TITLES = {
     "base": "Shared by all agents (`conf/agent/base.yaml`)",
-    "a2c": "A2C (`agent=a2c`, discrete + continuous)",
+    "a2c": "A2C (`agent=a2c`, discrete, continuous, multi-discrete, multi-binary; recurrent models)",
     "acer": "ACER (`agent=acer`, discrete)",
     "ddpg": "DDPG (`agent=ddpg`, continuous)",
     "dqfd": "DQfD (`agent=dqfd`, discrete; DQN's options too)",
     "dqn": "DQN / Double DQN (`agent=dqn`, discrete)",
     "naf": "NAF (`agent=naf`, continuous)",
-    "ppo": "PPO (`agent=ppo`, discrete + continuous)",
+    "ppo": "PPO (`agent=ppo`, discrete, continuous, multi-discrete, multi-binary; recurrent models)",
     "sac": "SAC (`agent=sac`, continuous)",
     "td3": "TD3 (`agent=td3`, continuous)",
     "trpo": "TRPO (`agent=trpo`, discrete + continuous)",
+    "vpg": "VPG (`agent=vpg`, discrete, continuous, multi-discrete, multi-binary; recurrent models)",
 }
 LINE = re.compile(r"^(\w+):\s*([^#]*?)\s*(?:#\s*(.*))?$")
 
