@@ -1,0 +1,73 @@
+"""Mixed precision vs float32: training throughput of PPO on a vector, a recurrent and an image case.
+
+Usage: python benchmarks/mixed_precision.py [--repeats 3] [--precisions float32 bfloat16]
+Each measurement builds the agent, trains a warm-up (graph tracing), then times `steps` more env steps;
+precisions alternate within each repeat, and the table gives the median steps/s and the ratio to float32.
+Writes benchmarks/results/mixed_precision.md. On a CPU, True means bfloat16; on a GPU float16 (add it).
+"""
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from current import now, write_table  # noqa: E402
+
+CASES = {  # name: (env id, make_envs options, agent options, warm-up steps, timed steps)
+    "ppo-cartpole-mlp": ("CartPole-v1", {"n_envs": 8}, {"n_steps": 32, "mini_batches": 1, "ppo_epochs": 20}, 2048, 40960),
+    "ppo-cartpole-lstm": ("CartPole-v1", {"n_envs": 8, "wrappers": [{"_target_": "rlexp.wrappers.MaskVelocity"}]},
+                          {"model": "lstm", "n_steps": 32, "mini_batches": 1, "ppo_epochs": 20}, 512, 8192),
+    "ppo-pong-cnn": ("PongNoFrameskip-v4", {"n_envs": 8, "preprocess": True},
+                     {"n_steps": 128, "mini_batches": 4, "ppo_epochs": 4}, 1024, 4096),
+}
+
+
+def measure(case: str, precision: str) -> float:
+    from rlexp.agents import PPO
+    from rlexp.envs import make_envs
+    from rlexp.main import configure_threads
+
+    env_id, env_kwargs, agent_kwargs, warm, steps = CASES[case]
+    envs = make_envs(env_id, seed=0, **env_kwargs)
+    configure_threads({}, image_obs=bool(env_kwargs.get("preprocess")))
+    agent = PPO(envs, seed=0, quiet=True, mixed_precision=False if precision == "float32" else precision,
+                **agent_kwargs)
+    agent.fit(warm)
+    start = time.perf_counter()
+    agent.fit(warm + steps)
+    seconds = time.perf_counter() - start
+    envs.close()
+    return (agent.steps - warm) / seconds
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("cases", nargs="*", default=list(CASES))
+    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--precisions", nargs="+", default=["float32", "bfloat16"])
+    args = parser.parse_args()
+    started = now()
+    rows = ["| case | " + " | ".join(f"{p} steps/s" for p in args.precisions) + " | " +
+            " | ".join(f"{p} / float32" for p in args.precisions[1:]) + " |",
+            "|---|" + "---|" * (2 * len(args.precisions) - 1)]
+    for case in args.cases:
+        rates = {p: [] for p in args.precisions}
+        for _ in range(args.repeats):
+            for precision in args.precisions:
+                rates[precision].append(measure(case, precision))
+                print(case, precision, f"{rates[precision][-1]:,.0f} steps/s", flush=True)
+        medians = {p: statistics.median(r) for p, r in rates.items()}
+        rows.append(f"| {case} | " + " | ".join(f"{medians[p]:,.0f}" for p in args.precisions) + " | " +
+                    " | ".join(f"{medians[p] / medians['float32']:.2f}x" for p in args.precisions[1:]) + " |")
+        print(rows[-1], flush=True)
+    body = ("Training throughput (env steps/s, after a warm-up that traces the graphs), median of "
+            f"{args.repeats} alternating repeats. `run.mixed_precision=true` means bfloat16 on a CPU, float16 on a "
+            "GPU.\n\n" + "\n".join(rows))
+    print(write_table("mixed_precision", "Mixed precision vs float32 (PPO)", body, started))
+
+
+if __name__ == "__main__":
+    main()
