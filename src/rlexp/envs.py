@@ -160,15 +160,16 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
         raise UserError(f"env.id={env_id!r} needs a package that is not installed ({e.name})") from None
     try:
         envs = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode=vectorization,
-                            wrappers=[*atari, *extra_wrappers, FlattenStructured.wrap],
+                            wrappers=[*atari, *extra_wrappers, FlattenStructured.wrap if vectorization == "sync"
+                                      else FlattenStructured.wrap_marked],
                             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **make_kwargs)
     except (gym.error.DependencyNotInstalled, ModuleNotFoundError, ImportError) as e:
         raise UserError(f"env.id={env_id!r} can't be built: {e}") from None
     envs.reset(seed=seed)
-    try:
+    if isinstance(envs, gym.vector.SyncVectorEnv):
+        envs.structured_observation_space = getattr(envs.envs[0], "structured_space", None)
+    else:  # worker processes: every copy has the attribute (`wrap_marked`)
         envs.structured_observation_space = envs.get_attr("structured_space")[0]
-    except AttributeError:
-        pass
     return envs
 
 
@@ -183,6 +184,17 @@ class FlattenStructured(gym.wrappers.FlattenObservation):
     @classmethod
     def wrap(cls, env: gym.Env) -> gym.Env:
         return cls(env) if is_structured(env.observation_space) else env
+
+    @classmethod
+    def wrap_marked(cls, env: gym.Env) -> gym.Env:
+        """`wrap`, other envs marked with `structured_space = None` (readable through a vector env's get_attr)."""
+        return cls(env) if is_structured(env.observation_space) else StructureMarker(env)
+
+
+class StructureMarker(gym.Wrapper):
+    """An env whose observations are not Dict/Tuple (see `FlattenStructured.wrap_marked`)."""
+
+    structured_space = None
 
 
 def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vector.VectorEnv:
