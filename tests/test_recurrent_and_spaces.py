@@ -4,6 +4,7 @@ import sys
 from pathlib import Path
 
 import gymnasium as gym
+import keras
 import numpy as np
 import pytest
 import scipy.special
@@ -89,7 +90,7 @@ def test_lstm_model_resets_its_state_exactly_at_episode_starts():
     starts = np.array([[0, 0, 1, 0, 0, 1], [1, 0, 0, 0, 1, 0]], np.float32)
     h0, c0 = rng.normal(size=(2, 2, 5)).astype(np.float32)
     policy, value, h, c, _, _ = [t.numpy() for t in model([xs, starts, h0, c0, h0, c0])]
-    lstm = next(layer for layer in model.layers if isinstance(layer, __import__("keras").layers.RNN))
+    lstm = next(layer for layer in model.layers if isinstance(layer, keras.layers.RNN))
     hidden, h_ref, c_ref = numpy_lstm([w.numpy() for w in lstm.weights], xs.transpose(1, 0, 2), starts.T, h0, c0)
     np.testing.assert_allclose(h, h_ref, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(c, c_ref, rtol=1e-5, atol=1e-6)
@@ -139,7 +140,7 @@ def test_recurrent_rollout_flags_episode_starts_and_its_values_follow_the_numpy_
     np.testing.assert_array_equal(starts[0], first["dones"].numpy()[-1])
     np.testing.assert_array_equal(dones[:, 0], [(agent_t + 1) % 3 == 0 for agent_t in range(10, 20)])
     # values of the whole rollout, recomputed in NumPy from the stored first state with resets at the flags
-    value_lstm = [layer for layer in agent.model.layers if isinstance(layer, __import__("keras").layers.RNN)][1]
+    value_lstm = [layer for layer in agent.model.layers if isinstance(layer, keras.layers.RNN)][1]
     h0, c0 = batch["state_2"].numpy()[0], batch["state_3"].numpy()[0]
     hidden, _, _ = numpy_lstm([w.numpy() for w in value_lstm.weights], batch["obs"].numpy(), starts, h0, c0)
     value_dense = [layer for layer in agent.model.layers if layer.name.startswith("dense")][1]
@@ -253,7 +254,7 @@ def test_dict_encoders_split_the_flat_observation_where_gymnasium_flattens_it():
                          "encoders": {"image": [{"type": "flatten"}], "vector": []}},
                         (flat.size,), {"policy": 1}, parts=parts)
     concat = [layer for layer in model.layers if type(layer).__name__ == "Concatenate"][0]
-    features = __import__("keras").Model(model.inputs, concat.output)(flat[None].astype(np.float32)).numpy()[0]
+    features = keras.Model(model.inputs, concat.output)(flat[None].astype(np.float32)).numpy()[0]
     np.testing.assert_allclose(features, np.concatenate([obs["image"].reshape(-1) / 255.0, obs["vector"]]), rtol=1e-6)
 
 

@@ -565,13 +565,17 @@ class Agent:
     def act(self, obs: np.ndarray, episode_starts: np.ndarray | None = None) -> np.ndarray:
         """Deterministic actions for a batch of observations. `episode_starts` flags the envs whose episode
         starts with this observation (recurrent policies reset their state there; None: all on the first call)."""
-        if not hasattr(self, "_policy_fn"):
-            self._policy_fn = tf.function(self.policy)
         obs = self.normalizer.obs(self.flat_obs(obs)).astype(self.obs_dtype, copy=False)
-        actions = self._policy_fn(tf.convert_to_tensor(obs)).numpy()
+        actions = self.policy_actions(obs, episode_starts)
         if self.action_kind == "continuous":
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         return actions
+
+    def policy_actions(self, obs: np.ndarray, episode_starts: np.ndarray | None) -> np.ndarray:
+        """`policy` on a batch of (normalised) observations, as NumPy actions."""
+        if not hasattr(self, "_policy_fn"):
+            self._policy_fn = tf.function(self.policy)
+        return self._policy_fn(tf.convert_to_tensor(obs)).numpy()
 
     def play(self, envs: gym.vector.VectorEnv, episodes: int = 1, video_dir: str | Path | None = None,
              frame_dir: str | Path | None = None, fps: int = 30, name: str = "play") -> list[float]:

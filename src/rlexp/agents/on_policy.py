@@ -198,12 +198,11 @@ class OnPolicyAgent(Agent):
         out, _, states = self.recurrent_forward(obs, starts, states)
         return self.mode(out), states
 
-    def act(self, obs: np.ndarray, episode_starts: np.ndarray | None = None) -> np.ndarray:
-        """Deterministic actions; a recurrent policy carries its state from call to call (one per env of the
-        batch, zeroed where `episode_starts` is set, and for all envs on the first call)."""
+    def policy_actions(self, obs: np.ndarray, episode_starts: np.ndarray | None) -> np.ndarray:
+        """A recurrent policy carries its state from call to call (one per env of the batch, zeroed where
+        `episode_starts` is set, and for all envs on the first call)."""
         if not self.recurrent:
-            return super().act(obs, episode_starts)
-        obs = self.normalizer.obs(self.flat_obs(obs)).astype(self.obs_dtype, copy=False)
+            return super().policy_actions(obs, episode_starts)
         states = getattr(self, "_act_states", None)
         if states is None or len(states[0]) != len(obs):
             states = [np.zeros((len(obs), int(v.shape[-1])), np.float32) for v in self.rnn_states]
@@ -214,10 +213,7 @@ class OnPolicyAgent(Agent):
         actions, states = self._recurrent_policy_fn(tf.convert_to_tensor(obs), tf.convert_to_tensor(starts),
                                                     [tf.convert_to_tensor(s) for s in states])
         self._act_states = [s.numpy() for s in states]
-        actions = actions.numpy()
-        if self.action_kind == "continuous":
-            actions = np.clip(actions, self.action_space.low, self.action_space.high)
-        return actions
+        return actions.numpy()
 
     @property
     def n_sequences(self) -> int:
