@@ -40,9 +40,9 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "td3-lunarlander-continuous": (["agent=td3", "env=lunarlander_continuous", "run.max_steps=3e5",
                                     "run.target_reward=null"], 200),
     "td3-bipedal": (["agent=td3", "env=bipedal", "run.max_steps=1e6", "run.target_reward=null"], 250),
-    "sac-lunarlander-continuous": (["agent=sac", "env=lunarlander_continuous", "run.max_steps=5e5",
+    "sac-lunarlander-continuous": (["agent=sac", "env=lunarlander_continuous", "model=mlp_400_300", "run.max_steps=5e5",
                                     "run.target_reward=null"], 200),
-    "sac-bipedal": (["agent=sac", "env=bipedal", "run.max_steps=5e5", "run.target_reward=null"], 250),
+    "sac-bipedal": (["agent=sac", "env=bipedal", "model=mlp_400_300", "run.max_steps=5e5", "run.target_reward=null"], 250),
     "vpg-cartpole": (["agent=vpg", "env=cartpole", "run.max_steps=2e5", "run.target_reward=null"], 475),
     # partially observed (velocities masked): the LSTM preset against the MLP one with the same settings
     "ppo-lstm-cartpole-novel": (["agent=ppo", "env=cartpole_novel", "model=lstm", "run.max_steps=1e5"], 475),

@@ -23,7 +23,9 @@ CHECKPOINT = Path("checkpoints") / "last.ckpt"
 def _setup_tensorflow(cfg: DictConfig) -> None:
     """Quiet TensorFlow, seeded and deterministic. Its thread pools are set in `configure_threads`, once the
     envs say whether observations are images."""
-    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    from rlexp.quiet import import_tensorflow
+
+    import_tensorflow()
     import keras
     import tensorflow as tf
 
@@ -252,31 +254,138 @@ def _task_overrides() -> list[str]:
         return []
 
 
+def _absolute(path: str | Path) -> Path:
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else _original_cwd() / path
+
+
+def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: leaf value} of a config section."""
+    if isinstance(node, dict):
+        return {k: v for key, sub in node.items() for k, v in _flat(sub, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
+
+
+def check_resume_overrides(cfg: DictConfig, stored: DictConfig) -> None:
+    """+resume continues a run with its own settings: this command's agent/env/model/buffer/seed values may
+    repeat the run's (the command it was trained with), and only run.* may differ."""
+    fixed = ("agent", "env", "model", "buffer", "seed")
+    touched = {o.split("=", 1)[0].lstrip("+~") for o in _task_overrides()}
+    touched = {key for key in touched if key.split(".")[0] in fixed}
+    here = _flat({k: OmegaConf.to_container(cfg, resolve=True).get(k) for k in fixed})
+    there = _flat({k: OmegaConf.to_container(stored, resolve=True).get(k) for k in fixed})
+    differ = sorted(k for k in set(here) | set(there) if any(k == t or k.startswith(f"{t}.") for t in touched)
+                    and here.get(k) != there.get(k))
+    if differ:
+        shown = ", ".join(f"{k} (run: {there.get(k)!r}, here: {here.get(k)!r})" for k in differ[:3])
+        raise UserError(f"+resume continues the run with its own settings, and these differ: {shown}"
+                        f"{' ...' if len(differ) > 3 else ''}; drop them (only run.* can change on resume), or "
+                        "start a new run from its weights with +init_from=<run dir>")
+
+
+def new_run_dir(cfg: DictConfig) -> Path:
+    """A fresh training run's dir: the sweep's trial dir, else run_dir (outputs/<date>/<time>_<agent>_<env>),
+    with a numeric suffix when a run of the same second holds that name. Not made yet."""
+    if _in_sweep():
+        return Path(HydraConfig.get().runtime.output_dir)
+    run_dir = _absolute(str(cfg.run_dir))
+    candidate, n = run_dir, 1
+    while candidate.exists():
+        candidate, n = run_dir.with_name(f"{run_dir.name}_{n}"), n + 1
+    return candidate
+
+
+def write_run_config(run_dir: Path, cfg: DictConfig) -> None:
+    """The composed config and this command's overrides in <run dir>/.hydra/ (Hydra's layout)."""
+    from rlexp.files import write_atomic
+
+    config = OmegaConf.to_yaml(OmegaConf.create(_run_config(cfg)))
+    overrides = OmegaConf.to_yaml(OmegaConf.create(_task_overrides()))
+    write_atomic(run_dir / ".hydra" / "config.yaml", lambda f: f.write(config.encode()))
+    write_atomic(run_dir / ".hydra" / "overrides.yaml", lambda f: f.write(overrides.encode()))
+
+
+def init_weights(agent: Any, source: str) -> Path:
+    """+init_from: a run dir's last checkpoint (or a .ckpt file) gives the weights and normaliser statistics."""
+    ckpt = _absolute(source)
+    if ckpt.is_dir():
+        ckpt = ckpt / CHECKPOINT
+    if not ckpt.exists():
+        raise UserError(f"+init_from={source}: {ckpt} does not exist; pass a run dir or a .ckpt file")
+    try:
+        agent.load(ckpt, weights_only=True)
+    except ValueError as e:  # Keras: the layer shapes differ
+        raise UserError(f"+init_from={source}: its model does not fit this one ({e}); use the run's model "
+                        "preset and layers") from None
+    return ckpt
+
+
+def warn_if_no_update(agent: Any, cfg: DictConfig) -> None:
+    first = agent.first_update_step()
+    if agent.steps < first and int(float(cfg.run.max_steps)) <= first:
+        log.warning(f"warning: run.max_steps={cfg.run.max_steps} ends before the first gradient step, at "
+                    f"{first:,} env steps (a full rollout, or buffer.initial_size); nothing will be learned")
+
+
+def make_evaluator(cfg: DictConfig, run_dir: Path):
+    """Evaluation during training (run.eval_interval > 0) on its own envs, seeded apart from training's."""
+    interval = int(cfg.run.get("eval_interval") or 0)
+    if interval <= 0:
+        return None
+    from rlexp.envs import env_from_config
+    from rlexp.evaluation import Evaluator
+
+    episodes = int(cfg.run.eval_episodes)
+    seed = None if cfg.seed is None else int(cfg.seed) + 1000
+    return Evaluator(lambda: env_from_config(cfg.env, seed, n_envs=min(episodes, 32), vectorization="sync"),
+                     interval, episodes, run_dir, keep=int(cfg.run.get("keep_checkpoints") or 0))
+
+
 def train(cfg: DictConfig) -> float:
-    resume = cfg.get("resume")
+    from rlexp.checks import check_presets, check_settings
+    from rlexp.logs import attach_run_log, detach_run_log
+
+    resume, init_from = cfg.get("resume"), cfg.get("init_from")
+    if resume and init_from:
+        raise UserError("+resume continues a run, +init_from starts a new one from a run's weights: pass one of them")
     if resume:
-        run_dir = Path(resume).expanduser()
-        run_dir = run_dir if run_dir.is_absolute() else _original_cwd() / run_dir
+        run_dir = _absolute(resume)
         ckpt = run_dir / CHECKPOINT
         if not ckpt.exists():
             raise UserError(f"+resume={resume}: no checkpoint at {ckpt}; pass the run dir of a training run")
         stored = _stored_config(ckpt, cfg)
-        changed = [o.split("=")[0] for o in _task_overrides()
-                   if o.split("=")[0].lstrip("+~").split(".")[0] in ("agent", "env", "model", "buffer")]
-        if changed:
-            raise UserError(f"+resume continues the run with its own settings; drop {', '.join(changed)} "
-                            "(only run.* can change on resume)")
+        check_resume_overrides(cfg, stored)
         cfg = stored
+        check_settings(cfg)
+    else:
+        check_presets(cfg, _choices())
+        run_dir = new_run_dir(cfg)
+    _setup_tensorflow(cfg)
+    agent = build_agent(cfg)
+    if init_from and not resume:
+        log.info(f"initial weights from {init_weights(agent, str(init_from))}")
+    warn_if_no_update(agent, cfg)
+    startup_done()
+    if resume:
         from rlexp.files import remove_leftovers
 
         remove_leftovers(run_dir, run_dir / "checkpoints")  # half-written files of the killed run
     else:
-        run_dir = Path(HydraConfig.get().runtime.output_dir)
-    _setup_tensorflow(cfg)
-    agent = build_agent(cfg)
-    startup_done()
-    if resume:
-        state = agent.load(ckpt)
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_run_config(run_dir, cfg)
+    handler = attach_run_log(run_dir)
+    try:
+        return _train(agent, cfg, run_dir, ckpt if resume else None)
+    finally:
+        detach_run_log(handler)
+
+
+def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None) -> float:
+    evaluator = make_evaluator(cfg, run_dir)
+    if resume_from is not None:
+        state = agent.load(resume_from)
+        if evaluator is not None:
+            evaluator.restore(agent.steps)
         log.info(f"resumed {run_dir} at step {state['steps']:,} ({state['episodes']:,} episodes)")
     if not cfg.agent.get("quiet"):
         log.info(f"training {type(agent).__name__} on {cfg.env.id} ({cfg.env.n_envs} envs) -> {run_dir}")
@@ -286,7 +395,7 @@ def train(cfg: DictConfig) -> float:
         summary = agent.fit(cfg.run.max_steps, cfg.run.target_reward, run_dir=run_dir,
                             checkpoint_interval=float(cfg.run.checkpoint_interval),
                             history_interval=float(cfg.run.history_interval), progress=_progress_mode(cfg),
-                            config=_run_config(cfg), tracker=tracker)
+                            config=_run_config(cfg), tracker=tracker, evaluator=evaluator)
         returns = [] if summary["reason"] == "interrupted" else evaluate(agent, cfg)
         precision = int(cfg.agent.display_precision)
         mean, std = _mean_std(returns)
@@ -295,6 +404,8 @@ def train(cfg: DictConfig) -> float:
         failed = False
     finally:
         tracker.close(failed)
+        if evaluator is not None:
+            evaluator.close()
     log.info(f"done ({summary['reason']}): {summary['steps']:,} steps in {summary['seconds']:.1f} s "
              f"({summary['steps_per_s']:,.0f} steps/s) | "
              + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} episodes" if returns else "no eval")
@@ -303,6 +414,13 @@ def train(cfg: DictConfig) -> float:
              f"python -m rlexp mode=eval +checkpoint={run_dir} | python -m rlexp +resume={run_dir}")
     agent.envs.close()
     return mean
+
+
+def _choices() -> dict[str, str]:
+    try:
+        return {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()}
+    except ValueError:
+        return {}
 
 
 def _in_sweep() -> bool:
@@ -446,7 +564,37 @@ def plot_runs(cfg: DictConfig) -> float:
     return float(len(dirs))
 
 
-MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval, "plot": plot_runs}
+PRESET_GROUPS = ("agent", "env", "model", "buffer", "tuned", "logger", "sweep")
+
+
+def init_presets(cfg: DictConfig) -> float:
+    """mode=init +dir=DIR: copies of the shipped presets to edit; run them with --config-dir DIR, where a
+    file of the same name replaces the shipped one. Existing files are kept."""
+    from importlib import resources
+
+    if not cfg.get("dir"):
+        raise UserError("mode=init needs a directory: python -m rlexp mode=init +dir=myconf")
+    target = _absolute(str(cfg.dir))
+    if target.exists() and not target.is_dir():
+        raise UserError(f"+dir={cfg.dir} is a file; pass a directory")
+    shipped = resources.files("rlexp.conf")
+    written = kept = 0
+    files = [("", shipped.joinpath("agent_base.yaml"))]
+    files += [(group, p) for group in PRESET_GROUPS for p in shipped.joinpath(group).iterdir() if p.name.endswith(".yaml")]
+    for group, preset in files:
+        path = target / group / preset.name
+        if path.exists():
+            kept += 1
+            continue
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(preset.read_text())
+        written += 1
+    log.info(f"{written} presets copied to {target}" + (f" ({kept} existing files kept)" if kept else "")
+             + f"; edit or add presets there and run: python -m rlexp --config-dir {cfg.dir} agent=... env=...")
+    return float(written)
+
+
+MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval, "plot": plot_runs, "init": init_presets}
 
 
 @hydra.main(version_base="1.3", config_path="pkg://rlexp.conf", config_name="config")
@@ -459,6 +607,9 @@ def main(cfg: DictConfig) -> float:
     try:
         if cfg.mode not in MODES:
             raise UserError(f"mode={cfg.mode} is unknown; use one of {', '.join(MODES)}")
+        from rlexp.checks import check_settings
+
+        check_settings(cfg)
         return MODES[cfg.mode](cfg)
     except UserError as e:
         _fail(str(e), 2)
@@ -483,6 +634,8 @@ def _fail(message: str, code: int) -> None:
 def cli() -> None:
     """The `rlexp` command: Hydra's own errors before the task starts (unknown group option, bad override
     syntax, missing config) are user input errors too, so they exit with 2 like ours."""
+    # the agent and env presets pick the default network; an explicit model=auto means the same default
+    sys.argv = [arg for arg in sys.argv if arg != "model=auto"]
     try:
         main()
     except SystemExit as e:

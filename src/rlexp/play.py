@@ -45,6 +45,9 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
     video_path = writable_dir(video_dir, "video_dir") if video_dir else None
     frame_path = writable_dir(frame_dir, "frame_dir") if frame_dir else None
     capture = video_path is not None or frame_path is not None
+    if not render:  # off-screen frames need no display or sound device (SDL would complain on stderr)
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
+        os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
     frames: list[np.ndarray] = []
     returns: list[float] = []
     obs, _ = envs.reset(seed=agent.seed)

@@ -5,7 +5,7 @@ import re
 from importlib import resources
 
 AGENT_TITLES = {
-    "base": "Shared by all agents (`conf/agent/base.yaml`)",
+    "agent_base": "Shared by all agents (`conf/agent_base.yaml`)",
     "a2c": "A2C (`agent=a2c`, discrete, continuous, multi-discrete, multi-binary; recurrent models)",
     "acer": "ACER (`agent=acer`, discrete)",
     "ddpg": "DDPG (`agent=ddpg`, continuous)",
@@ -22,8 +22,9 @@ LINE = re.compile(r"^(\w+):\s*([^#]*?)\s*(?:#\s*(.*))?$")
 
 
 def preset_rows(name: str) -> list[tuple[str, str, str]]:
-    """(key, default, meaning) for each option line of conf/agent/<name>.yaml."""
-    text = resources.files("rlexp.conf").joinpath("agent", f"{name}.yaml").read_text()
+    """(key, default, meaning) for each option line of conf/agent/<name>.yaml (or conf/agent_base.yaml)."""
+    conf = resources.files("rlexp.conf")
+    text = (conf.joinpath(f"{name}.yaml") if name == "agent_base" else conf.joinpath("agent", f"{name}.yaml")).read_text()
     rows = []
     for line in text.splitlines():
         m = LINE.match(line)

@@ -1,19 +1,22 @@
 """Algorithms: what every agent shares is in `base`, each family's machinery in `on_policy` and `off_policy`;
 one file per algorithm."""
-from rlexp.agents.a2c import A2C
-from rlexp.agents.acer import ACER
-from rlexp.agents.base import Agent
-from rlexp.agents.ddpg import DDPG
-from rlexp.agents.dqfd import DQfD
-from rlexp.agents.dqn import DQN
-from rlexp.agents.naf import NAF
-from rlexp.agents.off_policy import OffPolicyAgent
-from rlexp.agents.on_policy import OnPolicyAgent
-from rlexp.agents.ppo import PPO
-from rlexp.agents.sac import SAC
-from rlexp.agents.td3 import TD3
-from rlexp.agents.trpo import TRPO
-from rlexp.agents.vpg import VPG
+from rlexp.quiet import import_tensorflow
+
+import_tensorflow()  # before the agents' modules import it: TensorFlow without its start-up noise
+from rlexp.agents.a2c import A2C  # noqa: E402
+from rlexp.agents.acer import ACER  # noqa: E402
+from rlexp.agents.base import Agent  # noqa: E402
+from rlexp.agents.ddpg import DDPG  # noqa: E402
+from rlexp.agents.dqfd import DQfD  # noqa: E402
+from rlexp.agents.dqn import DQN  # noqa: E402
+from rlexp.agents.naf import NAF  # noqa: E402
+from rlexp.agents.off_policy import OffPolicyAgent  # noqa: E402
+from rlexp.agents.on_policy import OnPolicyAgent  # noqa: E402
+from rlexp.agents.ppo import PPO  # noqa: E402
+from rlexp.agents.sac import SAC  # noqa: E402
+from rlexp.agents.td3 import TD3  # noqa: E402
+from rlexp.agents.trpo import TRPO  # noqa: E402
+from rlexp.agents.vpg import VPG  # noqa: E402
 
 AGENTS: dict[str, type[Agent]] = {"a2c": A2C, "acer": ACER, "ddpg": DDPG, "dqfd": DQfD, "dqn": DQN, "naf": NAF, "ppo": PPO,
                                   "sac": SAC, "td3": TD3, "trpo": TRPO, "vpg": VPG}

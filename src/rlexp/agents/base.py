@@ -464,11 +464,12 @@ class Agent:
 
     def fit(self, max_steps: float, target_reward: float | None = None, run_dir: str | Path | None = None,
             checkpoint_interval: float = 30.0, history_interval: float = 2.0, progress: str = "auto",
-            config: Mapping[str, Any] | None = None, tracker: Any = None) -> dict[str, Any]:
+            config: Mapping[str, Any] | None = None, tracker: Any = None, evaluator: Any = None) -> dict[str, Any]:
         """Train until `max_steps` env steps, the target mean reward, or early stopping.
 
-        With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there.
-        `tracker` (see rlexp.tracking) receives episode returns, losses, learning rate and steps/s.
+        With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there; best.ckpt
+        holds the best training mean, or with an `evaluator` (rlexp.evaluation.Evaluator) the best evaluation.
+        `tracker` (see rlexp.tracking) receives episode returns, losses, learning rate, steps/s and evaluations.
         Returns a summary: steps, seconds, reason, mean and best reward.
         """
         from rlexp.tracking import Tracker
@@ -507,6 +508,10 @@ class Agent:
                     best_pending |= self._record_episodes(self.train_time)
                     self._track(tracker, metrics, rows, start_steps, self.train_time - base_time)
                     bar.update(self.steps, self.episodes, self.mean_reward, self.best_reward)
+                    if evaluator is not None:
+                        best_pending = False  # best.ckpt follows the evaluations
+                        if evaluator.due(self.steps):
+                            session_start += self._evaluate_now(evaluator, tracker)
                     if run_dir is None:
                         continue
                     now = time.perf_counter()
@@ -521,6 +526,8 @@ class Agent:
                         last_flush = now
         finally:
             bar.close()
+        if evaluator is not None:
+            best_pending = False
         if run_dir is not None:
             if best_pending:
                 self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
@@ -530,6 +537,17 @@ class Agent:
         seconds = self.train_time - base_time
         return dict(steps=self.steps, seconds=seconds, steps_per_s=(self.steps - start_steps) / max(seconds, 1e-9),
                     reason=reason, mean_reward=self.mean_reward, best_reward=self.best_reward, episodes=self.episodes)
+
+    def _evaluate_now(self, evaluator: Any, tracker: Any) -> float:
+        """One evaluation during training: logged, tracked, checkpointed by the evaluator. Returns its
+        duration, which the training time leaves out."""
+        start = time.perf_counter()
+        row = evaluator(self, self.train_time)
+        tracker.scalars(self.steps, {"eval/mean_return": row["mean_return"], "eval/std_return": row["std_return"]})
+        p = self.display_precision
+        log.info(f"eval at step {self.steps:,}: {row['mean_return']:.{p}f} ± {row['std_return']:.{p}f} over "
+                 f"{row['episodes']} episodes" + (" (new best)" if row["improved"] else ""))
+        return time.perf_counter() - start
 
     TRACK_EVERY_STEPS = 1000  # env steps between two writes of the training scalars
 
@@ -546,6 +564,10 @@ class Agent:
         tracker.scalars(self.steps, {**{f"train/{k}": v for k, v in metrics.items()},
                                      "train/learning_rate": self.current_lr(),
                                      "train/steps_per_s": (self.steps - start_steps) / max(seconds, 1e-9)})
+
+    def first_update_step(self) -> int:
+        """Env steps collected before the first gradient step (a shorter run learns nothing)."""
+        return 0
 
     def check_finite(self, metrics: Mapping[str, float]) -> None:
         bad = [k for k, v in metrics.items() if not np.isfinite(v)]

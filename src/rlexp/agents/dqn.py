@@ -47,6 +47,7 @@ class DQN(OffPolicyAgent):
     action_spaces = ("discrete",)
     metric_names = ("loss",)
     random_warmup = False
+    default_models = {"image": "nature_cnn", "vector": "mlp_large"}  # RL Zoo's net_arch [256, 256]
 
     def __init__(self, envs, model=None, buffer=None, *, double: bool = False, epsilon_start: float = 1.0,
                  epsilon_end: float = 0.02, epsilon_decay_steps: int = 150000, target_sync_steps: int = 1000,

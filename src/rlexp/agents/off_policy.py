@@ -80,6 +80,9 @@ class OffPolicyAgent(Agent):
             self.gradient_steps = self.train_freq * self.n_envs
 
     # ----- to implement in algorithms ---------------------------------------------------------------
+    def first_update_step(self) -> int:
+        return 0 if getattr(self, "pretrain_steps", 0) else self.buffer.initial_size  # DQfD learns before acting
+
     def explore(self, obs: tf.Tensor) -> tf.Tensor:
         """Exploratory actions for a batch of observations, as stored in the buffer (graph code)."""
         raise NotImplementedError  # abstract

@@ -70,6 +70,9 @@ class OnPolicyAgent(Agent):
         if self.lr_schedule == "kl_adaptive":  # the rate adapts to each update's KL: one cycle per call
             self.updates_per_call = 1
 
+    def first_update_step(self) -> int:
+        return self.n_steps * self.n_envs  # one rollout
+
     @property
     def steps_in_graph(self) -> bool:
         return self.graph_env_rollouts and super().steps_in_graph

@@ -1,0 +1,110 @@
+"""Every command-line value checked before work starts: one line naming the key and the fix."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+from typing import Any
+
+from omegaconf import DictConfig
+
+from rlexp.errors import UserError
+
+PROGRESS = ("auto", "bar", "log", "none")
+PRECISIONS = (False, True, "float16", "bfloat16")
+
+
+def _number(key: str, value: Any, minimum: float | None = None, above: float | None = None,
+            integer: bool = False, nullable: bool = False) -> float | None:
+    """`value` as a number (YAML's 1e6 may arrive as a string), else one line naming `key`."""
+    if value is None and nullable:
+        return None
+    kind = "an integer" if integer else "a number"
+    try:
+        if isinstance(value, bool):
+            raise ValueError
+        number = float(value)
+        if integer and not number.is_integer():
+            raise ValueError
+    except (TypeError, ValueError):
+        raise UserError(f"{key}={value!r} must be {kind}" + (" or null" if nullable else "")) from None
+    if minimum is not None and number < minimum:
+        raise UserError(f"{key}={value!r} must be {kind} >= {minimum:g}")
+    if above is not None and number <= above:
+        raise UserError(f"{key}={value!r} must be {kind} > {above:g}")
+    return number
+
+
+def check_settings(cfg: DictConfig) -> None:
+    """mode-independent values: seed, run.*, play.* by type and range."""
+    if cfg.get("seed") is not None:
+        _number("seed", cfg.seed, minimum=0, integer=True)
+    run = cfg.run
+    _number("run.max_steps", run.max_steps, above=0)
+    _number("run.target_reward", run.target_reward, nullable=True)
+    _number("run.eval_episodes", run.eval_episodes, minimum=0, integer=True)
+    _number("run.eval_interval", run.get("eval_interval", 0), minimum=0, integer=True)
+    _number("run.keep_checkpoints", run.get("keep_checkpoints", 0), minimum=0, integer=True)
+    _number("run.checkpoint_interval", run.checkpoint_interval, minimum=0)
+    _number("run.history_interval", run.history_interval, minimum=0)
+    if run.get("keep_checkpoints", 0) and not run.get("eval_interval", 0):
+        raise UserError("run.keep_checkpoints keeps the checkpoints written at evaluations; "
+                        "set run.eval_interval too (e.g. run.eval_interval=10000)")
+    if run.get("eval_interval", 0) and not run.eval_episodes:
+        raise UserError("run.eval_interval needs run.eval_episodes >= 1")
+    if run.progress not in PROGRESS:
+        raise UserError(f"run.progress={run.progress!r} must be one of {', '.join(PROGRESS)}")
+    if run.get("mixed_precision", False) not in PRECISIONS:
+        raise UserError(f"run.mixed_precision={run.mixed_precision!r} must be false, true, float16 or bfloat16")
+    play = cfg.play
+    _number("play.episodes", play.episodes, minimum=1, integer=True)
+    _number("play.frame_frequency", play.frame_frequency, minimum=1, integer=True)
+    _number("play.frame_delay", play.frame_delay, minimum=0)
+    _number("play.fps", play.fps, minimum=1, integer=True)
+
+
+def preset_file(group: str, name: str) -> str:
+    """Where the chosen preset `group/name.yaml` was read from (the first config source holding it)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        sources = HydraConfig.get().runtime.config_sources
+    except ValueError:
+        return f"{group}/{name}.yaml"
+    for source in sources:
+        path = str(source.path)
+        if source.schema == "file":
+            candidate = Path(path) / group / f"{name}.yaml"
+            if candidate.exists():
+                return str(candidate)
+        elif source.schema == "pkg":
+            from importlib import resources
+
+            try:
+                if resources.files(path).joinpath(group, f"{name}.yaml").is_file():
+                    return f"{group}/{name}.yaml (shipped with rlexp)"
+            except (ModuleNotFoundError, TypeError):
+                continue
+    return f"{group}/{name}.yaml"
+
+
+def check_presets(cfg: DictConfig, choices: dict[str, str]) -> None:
+    """The chosen presets are complete: an env preset has every make_envs key (`defaults: [generic]`), an
+    agent preset a _target_, a model preset layers."""
+    from rlexp.envs import make_envs
+
+    env_keys = {"id", "clip_rewards", *(p for p in inspect.signature(make_envs).parameters
+                                        if p not in ("env_id", "seed", "render_mode", "_"))}
+    given = set(cfg.env.keys())
+    missing, unknown = sorted(env_keys - given), sorted(given - env_keys)
+    where = preset_file("env", choices.get("env", "?"))
+    if unknown:
+        raise UserError(f"env preset {where}: unknown key {unknown[0]!r}; env keys are {', '.join(sorted(env_keys))}")
+    if missing:
+        raise UserError(f"env preset {where} lacks {', '.join(missing)}; start it with `defaults: [generic]` "
+                        "(or the preset it varies)")
+    if "_target_" not in cfg.agent:
+        raise UserError(f"agent preset {preset_file('agent', choices.get('agent', '?'))} has no _target_; start it "
+                        "with `defaults: [ppo]` (the agent it tunes) or set _target_: rlexp.agents.<Agent>")
+    if not cfg.model.get("layers"):
+        raise UserError(f"model preset {preset_file('model', choices.get('model', '?'))} has no layers; "
+                        "start from a copy of conf/model/mlp.yaml (python -m rlexp mode=init +dir=myconf)")

@@ -1,0 +1,78 @@
+"""Evaluation during training (RL Zoo's --eval-freq): deterministic episodes on separate eval envs every
+`interval` env steps, written to evaluations.parquet; the best one is checkpoints/best.ckpt."""
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import pandas as pd
+
+from rlexp.files import write_atomic
+
+COLUMNS = ("step", "time", "mean_return", "std_return", "min_return", "max_return", "episodes")
+SERIES = re.compile(r"step_(\d+)\.ckpt$")
+
+
+class Evaluator:
+    """Runs `episodes` deterministic episodes on its own envs whenever training passes the next multiple of
+    `interval` env steps; `keep` > 0 also keeps the newest `keep` checkpoints/step_<steps>.ckpt.
+
+    The eval envs come from `make_envs` (seeded apart from the training envs); the agent resets them with
+    the same seed at each evaluation, so evaluations differ only by the weights.
+    """
+
+    def __init__(self, make_envs: Callable[[], Any], interval: int, episodes: int, run_dir: Path | None = None,
+                 keep: int = 0) -> None:
+        self.make_envs, self.interval, self.episodes, self.keep = make_envs, int(interval), int(episodes), int(keep)
+        self.run_dir = Path(run_dir) if run_dir else None
+        self.envs = None
+        self.rows: list[dict[str, float]] = []
+        self.next_step = self.interval
+
+    @property
+    def path(self) -> Path | None:
+        return self.run_dir / "evaluations.parquet" if self.run_dir else None
+
+    @property
+    def best(self) -> float:
+        return max((row["mean_return"] for row in self.rows), default=-np.inf)
+
+    def restore(self, steps: int) -> None:
+        """On resume: the evaluations up to the checkpoint's step, and the next one after it."""
+        if self.path is not None and self.path.exists():
+            frame = pd.read_parquet(self.path)
+            self.rows = frame[frame["step"] <= steps].to_dict("records")
+        self.next_step = (steps // self.interval + 1) * self.interval
+
+    def due(self, steps: int) -> bool:
+        return steps >= self.next_step
+
+    def __call__(self, agent: Any, seconds: float) -> dict[str, float]:
+        """Evaluate now; returns the row (with `improved`: a new best mean) and saves the checkpoints."""
+        if self.envs is None:
+            self.envs = self.make_envs()
+        returns = np.array(agent.evaluate(self.envs, self.episodes))
+        row = dict(step=agent.steps, time=seconds, mean_return=float(returns.mean()), std_return=float(returns.std()),
+                   min_return=float(returns.min()), max_return=float(returns.max()), episodes=len(returns))
+        improved = row["mean_return"] > self.best
+        self.rows.append(row)
+        self.next_step = (agent.steps // self.interval + 1) * self.interval
+        if self.run_dir is not None:
+            frame = pd.DataFrame(self.rows, columns=list(COLUMNS))
+            write_atomic(self.path, lambda f: frame.to_parquet(f, index=False))
+            checkpoints = self.run_dir / "checkpoints"
+            if improved:
+                agent.save(checkpoints / "best.ckpt", full=False)
+            if self.keep > 0:
+                agent.save(checkpoints / f"step_{agent.steps}.ckpt", full=False)
+                series = sorted(checkpoints.glob("step_*.ckpt"), key=lambda p: int(SERIES.search(p.name).group(1)))
+                for old in series[:-self.keep]:
+                    old.unlink(missing_ok=True)
+        return {**row, "improved": improved}
+
+    def close(self) -> None:
+        if self.envs is not None:
+            self.envs.close()
+            self.envs = None

@@ -1,0 +1,52 @@
+"""TensorFlow without its start-up noise: the C++ runtime writes absl, oneDNN, CUDA-stub and CPU-feature lines
+straight to file descriptor 2 while it loads (before Python's logging or `TF_CPP_MIN_LOG_LEVEL` apply to
+them). `import_tensorflow` loads it with descriptor 2 captured and passes on every other line."""
+from __future__ import annotations
+
+import os
+import re
+import sys
+import tempfile
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+NOISE = re.compile(r"absl::InitializeLog|oneDNN custom operations|cudart_stub|cuda_platform|cuda_executor|cuInit|"
+                   r"cpu_feature_guard|To enable the following instructions|Unable to register cu|computation_placer|"
+                   r"TF-TRT Warning|XDG_RUNTIME_DIR")
+
+
+@contextmanager
+def filtered_stderr() -> Iterator[None]:
+    """Capture what anything (C++ included) writes to descriptor 2; afterwards write back all but the noise."""
+    sys.stderr.flush()
+    try:
+        saved = os.dup(2)
+    except OSError:  # no descriptor 2 to capture
+        yield
+        return
+    with tempfile.TemporaryFile() as capture:
+        os.dup2(capture.fileno(), 2)
+        try:
+            yield
+        finally:
+            sys.stderr.flush()
+            os.dup2(saved, 2)
+            os.close(saved)
+            capture.seek(0)
+            lines = capture.read().decode(errors="replace").splitlines(keepends=True)
+            kept = "".join(line for line in lines if not NOISE.search(line))
+            if kept:
+                sys.stderr.write(kept)
+                sys.stderr.flush()
+
+
+def import_tensorflow() -> None:
+    """Import TensorFlow and Keras and enumerate devices (which calls cuInit) quietly, once per process."""
+    if "keras" in sys.modules and "tensorflow" in sys.modules:
+        return
+    os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+    with filtered_stderr():
+        import keras  # noqa: F401
+        import tensorflow as tf
+
+        tf.config.list_physical_devices()
