@@ -2,7 +2,7 @@
 
 Usage: python benchmarks/speed.py --sb3-python /path/to/sb3-venv/bin/python [--reps 3] [CASE ...]
 rlexp runs through the normal CLI with RL Zoo's hyperparameters (the tuned presets); SB3 runs
-../shared/bench/sb3_cases.py. Prints one JSON line per run and a Markdown table of medians. The runs are merged into
+../shared/bench/sb3_cases.py (sb3-contrib's RecurrentPPO: benchmarks/sb3_extra_cases.py). Prints one JSON line per run and a Markdown table of medians. The runs are merged into
 benchmarks/results/speed.json (a case measured again replaces that case's runs; each run keeps its date,
 commit and machine) and benchmarks/results/speed.md is rewritten from it (`--no-write`: print only;
 `--record LOG`: merge the JSON lines of an earlier run's output instead of running).
@@ -31,7 +31,12 @@ CASES = {  # same hyperparameters, networks, env steps and gradient updates as s
     "dqn-cartpole": ["agent=dqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null", "agent.lr=2.3e-3"],
     "td3-pendulum": ["agent=td3", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
     "sac-pendulum": ["agent=sac", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
+    # sb3-contrib's RecurrentPPO (benchmarks/sb3_extra_cases.py; the SB3 virtualenv needs sb3-contrib)
+    "ppo-lstm-cartpole-novel": ["agent=ppo", "env=cartpole_novel", "model=lstm", "run.max_steps=2e4",
+                                "run.target_reward=null"],
 }
+SB3_EXTRA_CASES = ROOT / "benchmarks" / "sb3_extra_cases.py"
+EXTRA = ("ppo-lstm-cartpole-novel",)
 SUMMARY = re.compile(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s .*\| eval (-?[\d.]+) ± ([\d.]+)")
 
 
@@ -64,7 +69,7 @@ def run_rlexp(case: str, seed: int) -> dict:
 
 
 def run_sb3(python: str, case: str, seed: int) -> dict:
-    stdout, _, wall, rss = timed([python, str(SB3_CASES), case, str(seed)])
+    stdout, _, wall, rss = timed([python, str(SB3_EXTRA_CASES if case in EXTRA else SB3_CASES), case, str(seed)])
     row = json.loads(stdout.strip().splitlines()[-1])
     return dict(tool="sb3", case=case, seed=seed, seconds=row["seconds"], steps=row["steps"],
                 eval_mean=row["eval_mean"], eval_std=row["eval_std"], wall_s=round(wall, 2), peak_rss_mb=round(rss))
@@ -103,6 +108,7 @@ def record(rows: list[dict], reps: int) -> None:
     RESULTS.mkdir(exist_ok=True)
     store.write_text(json.dumps(merged, indent=1) + "\n")
     note = ("rlexp runs the CLI with the tuned presets (RL Zoo's values); SB3 runs ../shared/bench/sb3_cases.py "
+            "(ppo-lstm-cartpole-novel: sb3-contrib's RecurrentPPO in benchmarks/sb3_extra_cases.py) "
             "with the same hyperparameters, networks, env steps and updates. They alternate per seed (seeds 0.."
             f"{reps - 1}), nothing else running; times are training seconds, medians over the seeds. Ratios are "
             "only taken within one case's side-by-side runs.\n\n")

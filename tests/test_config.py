@@ -39,7 +39,7 @@ def test_every_pair_composes(agent, env):
 
 
 def test_dqn_tuned_presets():
-    assert cfg("agent=dqn", "env=cartpole").model.vector == "mlp_large"
+    assert cfg("agent=dqn", "env=cartpole").model.name == "mlp_large"
     assert cfg("agent=dqn", "env=pong").buffer._target_ == "rlexp.buffers.FrameBuffer"
 
 
@@ -123,6 +123,6 @@ def test_startup_runs_without_the_cyclic_gc_then_the_run_with_startup_objects_fr
         return 1.5
 
     monkeypatch.setitem(main_module.MODES, "train", mode)
-    assert main_module.main(OmegaConf.create({"mode": "train"})) == 1.5
+    assert main_module.main(cfg()) == 1.5
     assert seen == {"startup": False, "run": (True, True)}
     assert gc.isenabled() and gc.get_freeze_count() == 0  # a sweep's next trial starts afresh

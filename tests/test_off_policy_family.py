@@ -9,10 +9,10 @@ from rlexp.buffers import ReplayBuffer
 from rlexp.envs import make_envs
 
 RUNS = {  # name: (agent, env steps, sum of |weights| per model in models() order, before the move)
-    "dqn-numpy-acting": (lambda: DQN(make_envs("CartPole-v1", n_envs=1, seed=0), buffer=ReplayBuffer(2000, 100, 32),
+    "dqn-numpy-acting": (lambda: DQN(make_envs("CartPole-v1", n_envs=1, seed=0), model="mlp", buffer=ReplayBuffer(2000, 100, 32),
                                      seed=0, train_freq=8, gradient_steps=4, target_sync_steps=50),
                          600, [752.739868, 737.39447]),
-    "dqn-graph-acting": (lambda: DQN(make_envs("CartPole-v1", n_envs=2, seed=0), buffer=ReplayBuffer(2000, 100, 32),
+    "dqn-graph-acting": (lambda: DQN(make_envs("CartPole-v1", n_envs=2, seed=0), model="mlp", buffer=ReplayBuffer(2000, 100, 32),
                                      seed=0, train_freq=8, gradient_steps=4, numpy_acting=False),
                          600, [650.321472, 631.312988]),
     "ddpg-env-copies": (lambda: DDPG(make_envs("Pendulum-v1", n_envs=1, seed=0, vectorization="sync"), model="mlp",

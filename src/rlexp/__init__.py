@@ -17,21 +17,22 @@ _LAZY = {"make_envs": "rlexp.envs", **{name: "rlexp.agents" for name in ("A2C", 
 
 
 def _find_plugins() -> None:
-    """Make Hydra's plugin scan see rlexp's sweeper (hydra_plugins.rlexp_sweeper) also in an editable install,
-    whose import hook maps it to src/ without putting it on the namespace path that Hydra walks."""
+    """Make Hydra's plugin scan see rlexp's plugins (hydra_plugins.rlexp_*) also in an editable install,
+    whose import hook maps them to src/ without putting src/hydra_plugins on the namespace path that Hydra
+    walks. The namespace path is recomputed from sys.path whenever sys.path changes, so src/ goes on
+    sys.path (its rlexp package is the one the hook maps to anyway)."""
     import importlib.util
+    import sys
     from pathlib import Path
 
     try:
-        import hydra_plugins
-
         spec = importlib.util.find_spec("hydra_plugins.rlexp_sweeper")
     except ImportError:
         return
     if spec and spec.origin:
-        root = str(Path(spec.origin).parent.parent)
-        if root not in list(hydra_plugins.__path__):
-            hydra_plugins.__path__.append(root)
+        root = str(Path(spec.origin).parent.parent.parent)
+        if root not in sys.path:
+            sys.path.append(root)
 
 
 _find_plugins()
