@@ -3,7 +3,6 @@ import gc
 
 import pytest
 from hydra import compose, initialize_config_module
-from omegaconf import OmegaConf
 
 from rlexp import main as main_module
 from rlexp.main import agent_class, startup_done, thread_counts

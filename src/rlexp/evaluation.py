@@ -19,8 +19,8 @@ class Evaluator:
     """Runs `episodes` deterministic episodes on its own envs whenever training passes the next multiple of
     `interval` env steps; `keep` > 0 also keeps the newest `keep` checkpoints/step_<steps>.ckpt.
 
-    The eval envs come from `make_envs` (seeded apart from the training envs); the agent resets them with
-    the same seed at each evaluation, so evaluations differ only by the weights.
+    The eval envs come from `make_envs`; the agent resets them with its evaluation seed (apart from the
+    training envs') at each evaluation, so evaluations differ only by the weights.
     """
 
     def __init__(self, make_envs: Callable[[], Any], interval: int, episodes: int, run_dir: Path | None = None,

@@ -199,14 +199,18 @@ def _original_cwd() -> Path:
         return Path.cwd()
 
 
+def _absolute(path: str | Path) -> Path:
+    """A path from the command line, relative to the directory the command was started in."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else _original_cwd() / path
+
+
 def find_checkpoint(cfg: DictConfig, explicit: str | None) -> Path:
     """The checkpoint to play: `+checkpoint` (a run dir or a .ckpt), else the newest matching run's."""
     from rlexp.agents.base import Agent
 
     if explicit:
-        path = Path(explicit).expanduser()
-        if not path.is_absolute():
-            path = _original_cwd() / path
+        path = _absolute(explicit)
         if path.is_dir():
             path = path / CHECKPOINT
         if not path.exists():
@@ -252,11 +256,6 @@ def _task_overrides() -> list[str]:
         return list(HydraConfig.get().overrides.task)
     except ValueError:
         return []
-
-
-def _absolute(path: str | Path) -> Path:
-    path = Path(path).expanduser()
-    return path if path.is_absolute() else _original_cwd() / path
 
 
 def _flat(node: Any, prefix: str = "") -> dict[str, Any]:
@@ -332,13 +331,10 @@ def make_evaluator(cfg: DictConfig, run_dir: Path):
     interval = int(cfg.run.get("eval_interval") or 0)
     if interval <= 0:
         return None
-    from rlexp.envs import env_from_config
     from rlexp.evaluation import Evaluator
 
-    episodes = int(cfg.run.eval_episodes)
-    seed = None if cfg.seed is None else int(cfg.seed) + 1000
-    return Evaluator(lambda: env_from_config(cfg.env, seed, n_envs=min(episodes, 32), vectorization="sync"),
-                     interval, episodes, run_dir, keep=int(cfg.run.get("keep_checkpoints") or 0))
+    return Evaluator(lambda: eval_envs(cfg), interval, int(cfg.run.eval_episodes), run_dir,
+                     keep=int(cfg.run.get("keep_checkpoints") or 0))
 
 
 def train(cfg: DictConfig) -> float:
@@ -464,13 +460,20 @@ def _mean_std(returns: list[float]) -> tuple[float, float]:
     return (float(np.mean(returns)), float(np.std(returns))) if returns else (float("nan"), float("nan"))
 
 
-def evaluate(agent, cfg: DictConfig) -> list[float]:
+def eval_envs(cfg: DictConfig):
+    """Envs for deterministic evaluation episodes (the agent resets them with its own evaluation seed, apart
+    from the training envs' seeds)."""
     from rlexp.envs import env_from_config
+
+    return env_from_config(cfg.env, cfg.seed, n_envs=min(int(cfg.run.eval_episodes), 32), vectorization="sync")
+
+
+def evaluate(agent, cfg: DictConfig) -> list[float]:
 
     episodes = int(cfg.run.eval_episodes)
     if episodes <= 0:
         return []
-    envs = env_from_config(cfg.env, cfg.seed, n_envs=min(episodes, 32), vectorization="sync")
+    envs = eval_envs(cfg)
     try:
         return agent.evaluate(envs, episodes)
     finally:
@@ -520,8 +523,7 @@ def play_or_eval(cfg: DictConfig) -> float:
                    name=name, recorder=recorder)
     agent.envs.close()
     if recorder is not None:
-        demo_dir = Path(cfg.demo_dir).expanduser()
-        path = recorder.write(demo_dir if demo_dir.is_absolute() else _original_cwd() / demo_dir, run_cfg.env.id,
+        path = recorder.write(_absolute(cfg.demo_dir), run_cfg.env.id,
                               type(agent).__name__, agent.observation_space, agent.action_space)
         log.info(f"demonstrations: {path} ({len(recorder.episodes)} episodes, Minari format); train from them "
                  f"with agent=dqfd agent.demos={cfg.demo_dir}")

@@ -505,13 +505,12 @@ class Agent:
                     self.check_finite(metrics)
                     self.train_time = base_time + time.perf_counter() - session_start
                     rows = len(self.history)
-                    best_pending |= self._record_episodes(self.train_time)
+                    improved = self._record_episodes(self.train_time)
+                    best_pending |= improved and evaluator is None  # with an evaluator, best.ckpt is its best
                     self._track(tracker, metrics, rows, start_steps, self.train_time - base_time)
                     bar.update(self.steps, self.episodes, self.mean_reward, self.best_reward)
-                    if evaluator is not None:
-                        best_pending = False  # best.ckpt follows the evaluations
-                        if evaluator.due(self.steps):
-                            session_start += self._evaluate_now(evaluator, tracker)
+                    if evaluator is not None and evaluator.due(self.steps):
+                        session_start += self._evaluate_now(evaluator, tracker)
                     if run_dir is None:
                         continue
                     now = time.perf_counter()
@@ -526,8 +525,6 @@ class Agent:
                         last_flush = now
         finally:
             bar.close()
-        if evaluator is not None:
-            best_pending = False
         if run_dir is not None:
             if best_pending:
                 self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
