@@ -9,8 +9,7 @@ import time
 
 import optuna
 import pytest
-from optuna.distributions import (CategoricalDistribution, DiscreteUniformDistribution, IntLogUniformDistribution,
-                                  IntUniformDistribution, LogUniformDistribution, UniformDistribution)
+from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from rlexp.errors import SweepError
@@ -35,13 +34,13 @@ def test_search_space_grammar():
     dists, fixed, grid = search_space(["agent.lr=tag(log,interval(1e-5,1e-2))", "a=interval(0.1,0.9)",
                                        "b=int(interval(1,9))", "c=choice(16,32)", "d=range(1,5)",
                                        "e=range(0.1,0.4,0.1)", "f=tag(log,int(interval(16,256)))", "g=3"])
-    assert dists["agent.lr"] == LogUniformDistribution(1e-5, 1e-2)
-    assert dists["a"] == UniformDistribution(0.1, 0.9)
-    assert dists["b"] == IntUniformDistribution(1, 9)
+    assert dists["agent.lr"] == FloatDistribution(1e-5, 1e-2, log=True)
+    assert dists["a"] == FloatDistribution(0.1, 0.9)
+    assert dists["b"] == IntDistribution(1, 9)
     assert dists["c"] == CategoricalDistribution([16, 32])
-    assert dists["d"] == IntUniformDistribution(1, 4)  # Hydra's range excludes stop, like Python's
-    assert isinstance(dists["e"], DiscreteUniformDistribution) and dists["e"].high == pytest.approx(0.3)
-    assert dists["f"] == IntLogUniformDistribution(16, 256)
+    assert dists["d"] == IntDistribution(1, 4)  # Hydra's range excludes stop, like Python's
+    assert dists["e"].step == pytest.approx(0.1) and dists["e"].high == pytest.approx(0.3)
+    assert dists["f"] == IntDistribution(16, 256, log=True)
     assert fixed == {"g": "3"} and not grid
 
 

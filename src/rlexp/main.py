@@ -337,7 +337,7 @@ def make_evaluator(cfg: DictConfig, run_dir: Path):
                      keep=int(cfg.run.get("keep_checkpoints") or 0))
 
 
-def train(cfg: DictConfig) -> float:
+def train(cfg: DictConfig) -> float | dict[str, float]:
     from rlexp.checks import check_presets, check_settings
     from rlexp.logs import attach_run_log, detach_run_log
 
@@ -376,7 +376,7 @@ def train(cfg: DictConfig) -> float:
         detach_run_log(handler)
 
 
-def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None) -> float:
+def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None) -> float | dict[str, float]:
     evaluator = make_evaluator(cfg, run_dir)
     if resume_from is not None:
         state = agent.load(resume_from)
@@ -409,6 +409,13 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None)
     log.info(f"next: python -m rlexp mode=play +checkpoint={run_dir} +video_dir=videos | "
              f"python -m rlexp mode=eval +checkpoint={run_dir} | python -m rlexp +resume={run_dir}")
     agent.envs.close()
+    if _in_sweep():  # a trial of rlexp's sweeper gets every objective back (the float elsewhere)
+        from rlexp.sweep import trial_metrics
+
+        metrics = trial_metrics(mean, evaluator.rows if evaluator is not None else [], agent.steps,
+                                summary["seconds"])
+        if metrics is not None:
+            return metrics
     return mean
 
 
@@ -448,7 +455,7 @@ def make_tracker(cfg: DictConfig, run_dir: Path):
     if _in_sweep():
         from rlexp.sweep import trial_reporter
 
-        reporter = trial_reporter(int(float(cfg.run.max_steps)))
+        reporter = trial_reporter(int(float(cfg.run.max_steps)), on_eval=int(cfg.run.get("eval_interval") or 0) > 0)
         if reporter is not None:
             trackers.append(reporter)
     return Trackers(trackers)

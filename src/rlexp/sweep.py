@@ -27,14 +27,11 @@ import warnings
 from pathlib import Path
 from typing import Any, Mapping
 
-os.environ.setdefault("SQLALCHEMY_SILENCE_UBER_WARNING", "1")  # optuna 2 uses SQLAlchemy 1.4's legacy API
-import optuna  # noqa: E402
-from hydra.core.override_parser.overrides_parser import OverridesParser  # noqa: E402
+import optuna
+from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra.core.override_parser.types import ChoiceSweep, IntervalSweep, Override, RangeSweep, Transformer
 from omegaconf import OmegaConf
-from optuna.distributions import (BaseDistribution, CategoricalDistribution, DiscreteUniformDistribution,
-                                  IntLogUniformDistribution, IntUniformDistribution, LogUniformDistribution,
-                                  UniformDistribution)
+from optuna.distributions import BaseDistribution, CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
 from rlexp.errors import Started, SweepError
@@ -61,8 +58,8 @@ def distribution(override: Override) -> BaseDistribution | None:
             raise SweepError(f"{key}: range({start},{stop},{step}) is empty; range(start, stop, step) excludes stop")
         last = round(start + (count - 1) * step, 12)
         if any(isinstance(v, float) for v in (start, stop, step)):
-            return DiscreteUniformDistribution(start, last, step)
-        return IntUniformDistribution(int(start), int(last), step=int(step))
+            return FloatDistribution(start, last, step=step)
+        return IntDistribution(int(start), int(last), step=int(step))
     if override.is_interval_sweep():
         assert isinstance(value, IntervalSweep)
         low, high = value.start, value.end
@@ -73,8 +70,8 @@ def distribution(override: Override) -> BaseDistribution | None:
         if "log" in value.tags:
             if low <= 0:
                 raise SweepError(f"{key}: tag(log, interval({low},{high})) needs a lower bound above 0")
-            return IntLogUniformDistribution(low, high) if ints else LogUniformDistribution(low, high)
-        return IntUniformDistribution(low, high) if ints else UniformDistribution(low, high)
+            return IntDistribution(low, high, log=True) if ints else FloatDistribution(low, high, log=True)
+        return IntDistribution(low, high) if ints else FloatDistribution(low, high)
     raise SweepError(f"{override.input_line}: this sweep is not supported; use choice, range, interval or tag(log, ...)")
 
 
@@ -102,8 +99,22 @@ def describe(dist: BaseDistribution) -> str:
 
 
 # ----- storage ----------------------------------------------------------------------------------------
+JOURNAL = "journal:///"
+
+
 def make_storage(url: str, heartbeat_interval: int | None = None, grace_period: int | None = None):
-    """An RDB storage; SQLite paths become absolute (trials run elsewhere) and wait for locks instead of failing."""
+    """The study's storage. `journal:///path/study.log`: Optuna's journal file (a shared filesystem, no server);
+    anything else is an SQLAlchemy URL. SQLite and journal paths become absolute (trials run elsewhere), and
+    SQLite waits for locks instead of failing."""
+    if url.startswith(JOURNAL):
+        from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+        path = Path(url[len(JOURNAL):]).expanduser().resolve()
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            return JournalStorage(JournalFileBackend(str(path)))
+        except OSError as e:
+            raise SweepError(f"hydra.sweeper.storage={url}: {e.strerror or e}; use journal:///<writable path>") from None
     engine_kwargs: dict[str, Any] = {}
     if url.startswith("sqlite:///"):
         path = Path(url[len("sqlite:///"):]).expanduser().resolve()
@@ -116,16 +127,24 @@ def make_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
         try:
             return optuna.storages.RDBStorage(url, engine_kwargs=engine_kwargs, heartbeat_interval=heartbeat_interval,
                                               grace_period=grace_period)
-        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError) as e:
+        except (sqlalchemy.exc.IntegrityError, sqlalchemy.exc.ProgrammingError, sqlalchemy.exc.OperationalError) as e:
             # two sweepers creating the schema of a fresh database at once: the loser retries
-            if attempt == 5:
-                error = e
+            error = e
+            if attempt == 5 or not url.startswith(("sqlite", "postgresql")) or "could not connect" in str(e):
+                break
             time.sleep(0.5 + random.random())
         except Exception as e:  # noqa: BLE001 - a bad URL, a missing driver, a server that is down
             error = e
             break
     raise SweepError(f"hydra.sweeper.storage={url}: {type(error).__name__}: {str(error).splitlines()[0]}; use "
-                     "sqlite:///path/optuna.db or postgresql://user@host/db")
+                     "sqlite:///path/optuna.db, journal:///path/study.log or postgresql://user@host/db")
+
+
+def storage_url(storage, url: str) -> str:
+    """The URL a trial's process opens the same storage with."""
+    if url.startswith(JOURNAL):
+        return JOURNAL + str(Path(url[len(JOURNAL):]).expanduser().resolve()).lstrip("/")
+    return getattr(storage, "url", url)
 
 
 def make_pruner(name: str, warmup_trials: int, warmup_steps: int) -> optuna.pruners.BasePruner:
@@ -137,28 +156,50 @@ def make_pruner(name: str, warmup_trials: int, warmup_steps: int) -> optuna.prun
 
 
 # ----- the trial side ---------------------------------------------------------------------------------
-class PruningReporter:
-    """A tracker for a trial's process: reports the mean return to the study at `reports` evenly spaced
-    steps (the same steps in every trial, so the pruner compares like with like) and stops the trial
-    (optuna.TrialPruned) when the pruner says so."""
+OBJECTIVES = ("final_eval", "mean_last_evals", "auc")
 
-    def __init__(self, spec: Mapping[str, Any], max_steps: int) -> None:
-        storage = make_storage(spec["storage"])
+
+def trial_spec() -> dict[str, Any] | None:
+    """What the sweeper told this trial's process (None outside rlexp's sweeps)."""
+    spec = os.environ.get(TRIAL_ENV)
+    return json.loads(spec) if spec else None
+
+
+class PruningReporter:
+    """A tracker for a trial's process. It reports a score to the study and stops the trial
+    (optuna.TrialPruned) when the pruner says so. The score is each periodic evaluation
+    (run.eval_interval), or else the training mean return at `reports` evenly spaced steps (the same in
+    every trial, so the pruner compares like with like).
+
+    With several seeds per trial the first seed reports and decides; the others stop at their next
+    report point once it has been pruned."""
+
+    def __init__(self, spec: Mapping[str, Any], max_steps: int, on_eval: bool) -> None:
+        self.storage = make_storage(spec["storage"])
         pruner = make_pruner(spec["pruner"], int(spec["warmup_trials"]), int(spec["warmup_steps"]))
-        study = optuna.load_study(study_name=spec["study"], storage=storage, pruner=pruner)
-        self.trial = optuna.trial.Trial(study, int(spec["trial_id"]))
-        self.trial.set_user_attr("pid", os.getpid())
+        study = optuna.load_study(study_name=spec["study"], storage=self.storage, pruner=pruner)
+        self.trial_id, self.leader, self.on_eval = int(spec["trial_id"]), bool(spec.get("leader", True)), on_eval
+        self.trial = optuna.trial.Trial(study, self.trial_id)
+        if self.leader:
+            self.trial.set_user_attr("pid", os.getpid())
         self.interval = max(1, max_steps // max(1, int(spec["reports"])))
         self.next_report = self.interval
 
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
-        mean = values.get("episode/mean_return")
-        if mean is None or step < self.next_report or not math.isfinite(mean):
+        score = values.get("eval/mean_return" if self.on_eval else "episode/mean_return")
+        if score is None or not math.isfinite(score) or (not self.on_eval and step < self.next_report):
             return
-        mark, self.next_report = self.next_report, (step // self.interval + 1) * self.interval
-        self.trial.report(float(mean), mark)
-        if self.trial.should_prune():
-            message = f"pruned at step {mark:,} (mean return {mean:.4g})"
+        mark = step if self.on_eval else self.next_report
+        self.next_report = (step // self.interval + 1) * self.interval
+        if self.leader:
+            self.trial.report(float(score), mark)
+            pruned = self.trial.should_prune()
+            if pruned:
+                self.storage.set_trial_user_attr(self.trial_id, "pruned_at", mark)
+        else:
+            pruned = "pruned_at" in self.storage.get_trial(self.trial_id).user_attrs
+        if pruned:
+            message = f"pruned at step {mark:,} (score {score:.4g})"
             log.info(message)
             raise optuna.TrialPruned(message)
 
@@ -169,43 +210,91 @@ class PruningReporter:
         pass
 
 
-def trial_reporter(max_steps: int) -> PruningReporter | None:
-    """The pruning reporter when this process runs a trial of rlexp's sweeper, else None."""
-    spec = os.environ.get(TRIAL_ENV)
-    return PruningReporter(json.loads(spec), max_steps) if spec else None
+def trial_reporter(max_steps: int, on_eval: bool) -> PruningReporter | None:
+    """The pruning reporter when this process runs a pruned trial of rlexp's sweeper, else None."""
+    spec = trial_spec()
+    return PruningReporter(spec, max_steps, on_eval) if spec and spec.get("prune") else None
+
+
+def curve_objectives(points: list[tuple[float, float]], last: int) -> dict[str, float]:
+    """mean_last_evals (the mean of the last `last` evaluations) and auc (the area under the evaluation curve
+    by the trapezoid rule, divided by the steps it spans: its mean height) of (step, mean return) points."""
+    steps = [float(s) for s, _ in points]
+    values = [float(v) for _, v in points]
+    if not points:
+        return {"mean_last_evals": math.nan, "auc": math.nan}
+    area = sum((steps[i + 1] - steps[i]) * (values[i] + values[i + 1]) / 2 for i in range(len(points) - 1))
+    span = steps[-1] - steps[0]
+    return {"mean_last_evals": sum(values[-last:]) / len(values[-last:]), "auc": area / span if span > 0 else values[0]}
+
+
+def trial_metrics(final_eval: float, evaluations: list[Mapping[str, float]], steps: int,
+                  train_seconds: float) -> dict[str, float] | None:
+    """What a trial's process returns to the sweeper (None outside rlexp's sweeps): every objective, so the
+    sweeper picks `objective`. The final evaluation closes the curve of the periodic ones."""
+    spec = trial_spec()
+    if spec is None:
+        return None
+    points = [(row["step"], row["mean_return"]) for row in evaluations]
+    if math.isfinite(final_eval) and (not points or points[-1][0] < steps):
+        points.append((steps, final_eval))
+    return {"final_eval": final_eval, **curve_objectives(points, int(spec.get("last_evals", 3))),
+            "train_seconds": train_seconds, "steps": steps}
 
 
 # ----- the sweeper ---------------------------------------------------------------------------------------
 class Heartbeat:
-    """Records a heartbeat for the running trials so that a later sweeper can tell them from a killed one's."""
+    """Records a heartbeat for the running trials so that a later sweeper can tell them from a killed one's
+    (storages with heartbeats: SQL databases)."""
 
     def __init__(self, storage, interval: float) -> None:
         self.storage, self.interval, self.trial_ids = storage, interval, []
+        self.enabled = hasattr(storage, "record_heartbeat")
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
     def _run(self) -> None:
         while not self.stop.wait(self.interval):
-            for trial_id in list(self.trial_ids):
-                try:
-                    self.storage.record_heartbeat(trial_id)
-                except Exception as e:  # noqa: BLE001 - a missed heartbeat must not stop the sweep
-                    log.debug(f"heartbeat failed: {e}")
+            self.beat()
+
+    def beat(self) -> None:
+        for trial_id in list(self.trial_ids):
+            try:
+                self.storage.record_heartbeat(trial_id)
+            except Exception as e:  # noqa: BLE001 - a missed heartbeat must not stop the sweep
+                log.debug(f"heartbeat failed: {e}")
 
     def __enter__(self):
-        for trial_id in self.trial_ids:
-            self.storage.record_heartbeat(trial_id)
-        self.thread.start()
+        if self.enabled:
+            self.beat()
+            self.thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        self.stop.set()
-        self.thread.join()
+        if self.enabled:
+            self.stop.set()
+            self.thread.join()
 
 
 def one_line(error: BaseException) -> str:
     text = str(error).strip().splitlines()
     return (text[0] if text else type(error).__name__)[:300]
+
+
+def aggregate(values: list[float], how: str) -> float:
+    """The trial's objective from its seeds' objectives: their mean, or rliable's interquartile mean."""
+    if how == "iqm":
+        from rlexp.stats import iqm
+
+        return float(iqm(values))
+    return float(sum(values) / len(values))
+
+
+def _format(value: float) -> str:
+    return f"{value:.4g}"
+
+
+CONFIRM_SEED_OFFSET = 10_000  # confirmation seeds: seed + 10000 + j, never a seed the search trained on
 
 
 class OptunaSweep:
@@ -215,27 +304,71 @@ class OptunaSweep:
         self.s = dict(settings)
         self.config, self.launcher = config, launcher
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).expanduser().resolve()
-        if str(self.s.get("direction")) not in ("maximize", "minimize"):
-            raise SweepError(f"hydra.sweeper.direction={self.s.get('direction')}: use maximize or minimize")
+        directions = self.s.get("directions") or [self.s.get("direction")]
+        if len(directions) not in (1, 2) or any(str(d) not in ("maximize", "minimize") for d in directions):
+            key = "directions" if self.s.get("directions") else "direction"
+            raise SweepError(f"hydra.sweeper.{key}={self.s.get(key)}: use maximize or minimize"
+                             + (" (directions: [the objective's, the training time's], e.g. [maximize,minimize])"
+                                if key == "directions" else ""))
+        self.directions = [str(d) for d in directions]
+        self.multi = len(self.directions) == 2
+        self.objective = str(self.s.get("objective") or "final_eval")
+        if self.objective not in OBJECTIVES:
+            raise SweepError(f"hydra.sweeper.objective={self.objective} is unknown; use {' | '.join(OBJECTIVES)}")
+        if str(self.s.get("aggregate", "mean")) not in ("mean", "iqm"):
+            raise SweepError(f"hydra.sweeper.aggregate={self.s.get('aggregate')} is unknown; use mean or iqm")
+        self.n_seeds = int(self.s.get("seeds_per_trial") or 1)
+        if self.n_seeds < 1:
+            raise SweepError(f"hydra.sweeper.seeds_per_trial={self.n_seeds}: use 1 or more")
+        self.confirm = dict(self.s.get("confirm") or {})
+        if self.confirm:
+            unknown = set(self.confirm) - {"top_k", "seeds"}
+            if unknown or int(self.confirm.get("top_k", 3)) < 1 or int(self.confirm.get("seeds", 5)) < 1:
+                raise SweepError(f"hydra.sweeper.confirm={self.confirm}: use {{top_k: 3, seeds: 5}} (both 1 or more)")
+            if self.multi:
+                raise SweepError("hydra.sweeper.confirm ranks by one objective; with two directions the report is "
+                                 "the Pareto front: drop confirm or directions")
+        self.prune = not self.multi and str(self.s.get("pruner")) not in ("none", "None")
+        self.seed = int(self.config.get("seed") or 0)
 
     # -- set-up ------------------------------------------------------------------------------------------
+    def check_space(self, distributions: Mapping[str, BaseDistribution], is_grid: bool) -> None:
+        """Refuse what would silently mean something else."""
+        if "seed" in distributions and (self.n_seeds > 1 or not is_grid):
+            raise SweepError("seed=" + ",".join(map(str, getattr(distributions["seed"], "choices", ["..."])))
+                             + " would be tuned as one more parameter; run every trial on several seeds with "
+                             f"hydra.sweeper.seeds_per_trial={len(getattr(distributions['seed'], 'choices', [0, 0, 0]))} "
+                             "instead (its objective is their mean)")
+        if self.objective != "final_eval" and "run.eval_interval" not in distributions:
+            interval = int(float(OmegaConf.select(self.config, "run.eval_interval", default=0) or 0))
+            if interval <= 0:
+                raise SweepError(f"hydra.sweeper.objective={self.objective} needs evaluations during training: "
+                                 "add run.eval_interval=<env steps> (e.g. a tenth of run.max_steps)")
+
     def open_study(self, distributions: Mapping[str, BaseDistribution]) -> optuna.Study:
         url = str(self.s["storage"] or f"sqlite:///{self.sweep_dir / 'optuna.db'}")
         self.storage = make_storage(url, int(self.s["heartbeat_interval"]), int(self.s["grace_period"]))
-        self.storage_url = self.storage.url if hasattr(self.storage, "url") else url
+        self.storage_url = storage_url(self.storage, url)
         name = str(self.s["study_name"])
-        exists = name in [s.study_name for s in optuna.study.get_all_study_summaries(self.storage)]
-        sampler = self.s["sampler"]
-        study = optuna.create_study(study_name=name, storage=self.storage, sampler=sampler,
-                                    direction=str(self.s["direction"]), load_if_exists=True)
+        exists = name in optuna.study.get_all_study_names(self.storage)
+        try:
+            study = optuna.create_study(study_name=name, storage=self.storage, sampler=self.s["sampler"],
+                                        directions=self.directions, load_if_exists=True)
+        except ValueError as e:
+            raise SweepError(f"study {name}: {one_line(e)}; start a new study with hydra.sweeper.study_name=<new name>")
+        if [d.name.lower() for d in study.directions] != self.directions:
+            raise SweepError(f"study {name} was run with directions {[d.name.lower() for d in study.directions]}; "
+                             "start a new study with hydra.sweeper.study_name=<new name>")
         # Optuna caches the trials this process asked for and would not see what the trial processes report
         # (intermediate values: the pruned trials' values, the plots); read the storage itself instead.
         study._storage = getattr(study._storage, "_backend", study._storage)
         if exists:
-            stale = self.storage._get_stale_trial_ids(study._study_id)  # RUNNING, no heartbeat for grace_period
+            stale = []
+            if hasattr(self.storage, "_get_stale_trial_ids"):  # RUNNING, no heartbeat for grace_period
+                stale = self.storage._get_stale_trial_ids(study._study_id)
             for trial_id in stale:
                 self.storage.set_trial_user_attr(trial_id, "error", "left running by a sweep that was stopped")
-                self.storage.set_trial_state(trial_id, TrialState.FAIL)
+                self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
             self.check_search_space(study, distributions)
             trials = study.get_trials(deepcopy=False)
             counts = {s.name: sum(t.state == s for t in trials) for s in TrialState}
@@ -265,6 +398,7 @@ class OptunaSweep:
         distributions, fixed, is_grid = search_space(params + list(arguments))
         for key in fixed:
             distributions.pop(key, None)
+        self.check_space(distributions, is_grid)
         study = self.open_study(distributions)
         n_trials = int(self.s["n_trials"])
         queue: list[dict[str, Any]] = []
@@ -273,22 +407,27 @@ class OptunaSweep:
             queue = [p for p in grid_points(distributions) if p not in done][:n_trials]
             n_trials = len(queue)
             log.info(f"grid of {len(grid_points(distributions))} combinations: {n_trials} to run")
-        self.fixed = fixed
+        self.fixed = {k: v for k, v in fixed.items() if not (k == "seed" and self.n_seeds > 1)}
         Started.value = True
         finished, failed, n_jobs = 0, 0, max(1, int(self.s["n_jobs"]))
-        log.info(f"sweep dir {self.sweep_dir}; {n_trials} trial(s), {n_jobs} at a time; one line per trial "
-                 "(each trial's log: trial_<n>/)")
+        per_batch = max(1, n_jobs // self.n_seeds)
+        seeds = f", {self.n_seeds} seeds each" if self.n_seeds > 1 else ""
+        log.info(f"sweep dir {self.sweep_dir}; {n_trials} trial(s){seeds}, {n_jobs} job(s) at a time; one line per "
+                 "trial (each trial's log: trial_<n>/)")
         while finished < n_trials:
-            batch = min(n_jobs, n_trials - finished)
+            batch = min(per_batch, n_trials - finished)
             for params in queue[finished:finished + batch]:
                 study.enqueue_trial(params)
             trials = [study.ask() for _ in range(batch)]
-            overrides = [self.trial_overrides(study, trial, distributions) for trial in trials]
+            jobs = []
+            for trial in trials:
+                self.suggest(study, trial, distributions)
+                for index, seed in enumerate(self.trial_seeds()):
+                    subdir = f"trial_{trial.number}" + (f"/seed_{seed}" if self.n_seeds > 1 else "")
+                    jobs.append(self.trial_overrides(study, trial, seed, subdir, leader=index == 0))
             start = time.perf_counter()
             try:
-                with Heartbeat(self.storage, float(self.s["heartbeat_interval"])) as beat:
-                    beat.trial_ids += [t._trial_id for t in trials]
-                    returns = self.launcher.launch(overrides, initial_job_idx=trials[0].number)
+                returns = self.launch(jobs, [t._trial_id for t in trials], trials[0].number * self.n_seeds)
             except KeyboardInterrupt:
                 for trial in trials:
                     self.tell(study, trial, TrialState.FAIL, None, "the sweep was interrupted", 0.0)
@@ -296,96 +435,238 @@ class OptunaSweep:
                           f"{study.study_name}")
                 self.report(study)
                 raise SystemExit(130)
-            except Exception as e:  # noqa: BLE001 - a trial process that died (killed, out of memory)
-                returns = [e] * batch
             seconds = time.perf_counter() - start
-            for trial, ret in zip(trials, returns):
-                failed += self.record(study, trial, ret, seconds)
+            for i, trial in enumerate(trials):
+                failed += self.record(study, trial, returns[i * self.n_seeds:(i + 1) * self.n_seeds], seconds)
             finished += batch
             rate = float(self.s["max_failure_rate"])
-            if failed / finished > rate and (finished >= 3 or failed == finished == n_trials or failed == finished >= n_jobs * 2):
+            if failed / finished > rate and (finished >= 3 or failed == finished == n_trials or failed == finished >= per_batch * 2):
                 self.report(study)
                 raise SweepError(f"{failed} of {finished} trials failed (hydra.sweeper.max_failure_rate={rate}); "
                                   f"each trial's error is in its line above and its log in {self.sweep_dir}/trial_<n>/")
+        if self.confirm:
+            self.run_confirmation(study)
         self.report(study)
 
-    def trial_overrides(self, study: optuna.Study, trial: optuna.trial.Trial,
-                        distributions: Mapping[str, BaseDistribution]) -> list[str]:
+    def trial_seeds(self) -> list[int | None]:
+        """The seeds of one trial: the config's seed alone, or seed, seed+1, ... with seeds_per_trial."""
+        return [None] if self.n_seeds == 1 else [self.seed + i for i in range(self.n_seeds)]
+
+    def launch(self, jobs: list[list[str]], trial_ids: list[int], first_job: int) -> list[Any]:
+        """Run the jobs n_jobs at a time (each its own process); a batch whose processes died gives the error."""
+        n_jobs, results = max(1, int(self.s["n_jobs"])), []
+        with Heartbeat(self.storage, float(self.s["heartbeat_interval"])) as beat:
+            beat.trial_ids += trial_ids
+            for i in range(0, len(jobs), n_jobs):
+                chunk = jobs[i:i + n_jobs]
+                try:
+                    results += list(self.launcher.launch(chunk, initial_job_idx=first_job + i))
+                except Exception as e:  # noqa: BLE001 - a trial process that died (killed, out of memory)
+                    results += [e] * len(chunk)
+        return results
+
+    def suggest(self, study: optuna.Study, trial: optuna.trial.Trial, distributions: Mapping[str, BaseDistribution]) -> None:
         # draws depend on (seed, trial number): reproducible, and distinct across resumed or concurrent sweeps
-        reseed(study.sampler, int(self.config.get("seed") or 0) * 100_003 + trial.number)
+        reseed(study.sampler, self.seed * 100_003 + trial.number)
         for name, dist in distributions.items():
             trial._suggest(name, dist)
-        spec = {"storage": self.storage_url, "study": study.study_name, "trial_id": trial._trial_id,
-                "pruner": self.s["pruner"], "warmup_trials": self.s["warmup_trials"],
-                "warmup_steps": self.s["warmup_steps"], "reports": self.s["reports"]}
+
+    def trial_overrides(self, study: optuna.Study, trial: optuna.trial.FrozenTrial | optuna.trial.Trial,
+                        seed: int | None, subdir: str, leader: bool = True, report: bool = True) -> list[str]:
+        trial_id = trial._trial_id if report else None
+        spec = {"storage": self.storage_url, "study": study.study_name, "trial_id": trial_id,
+                "prune": self.prune and report, "leader": leader, "pruner": self.s["pruner"],
+                "warmup_trials": self.s["warmup_trials"], "warmup_steps": self.s["warmup_steps"],
+                "reports": self.s["reports"], "last_evals": int(self.s.get("last_evals") or 3)}
         values = {**trial.params, **self.fixed}
+        if seed is not None:
+            values.pop("seed", None)
+            values["seed"] = seed
         return [*(f"{k}={v}" for k, v in values.items()),
-                f"hydra.sweep.dir='{self.sweep_dir}'", f"hydra.sweep.subdir=trial_{trial.number}",
+                f"hydra.sweep.dir='{self.sweep_dir}'", f"hydra.sweep.subdir={subdir}",
                 f"++hydra.job.env_set.{TRIAL_ENV}='{json.dumps(spec)}'"]
 
-    def record(self, study: optuna.Study, trial: optuna.trial.Trial, ret: Any, seconds: float) -> int:
-        """Tell the study how the trial ended and print its line; returns 1 for a failure."""
+    def outcome(self, ret: Any) -> tuple[TrialState, dict[str, float] | None, str | None]:
+        """How one job ended: (state, its metrics, its one-line error)."""
         if isinstance(ret, BaseException):
-            state, value, error = TrialState.FAIL, None, f"the trial's process died: {one_line(ret)}"
-        elif ret.status.name == "COMPLETED":
-            value = ret.return_value
-            try:
-                value = float(value)
-                state, error = (TrialState.COMPLETE, None) if math.isfinite(value) else (TrialState.FAIL, f"objective is {value}")
-            except (TypeError, ValueError):
-                state, error = TrialState.FAIL, f"the task returned {value!r}, not a number"
-        elif isinstance(ret._return_value, optuna.TrialPruned):
-            state, value, error = TrialState.PRUNED, None, one_line(ret._return_value)
+            return TrialState.FAIL, None, f"the trial's process died: {one_line(ret)}"
+        if ret.status.name == "COMPLETED":
+            metrics = ret.return_value
+            if not isinstance(metrics, dict):
+                try:
+                    metrics = {"final_eval": float(metrics)}
+                except (TypeError, ValueError):
+                    return TrialState.FAIL, None, f"the task returned {metrics!r}, not a number"
+            value = metrics.get(self.objective)
+            if value is None or not math.isfinite(value):
+                return TrialState.FAIL, None, f"objective {self.objective} is {value}"
+            return TrialState.COMPLETE, metrics, None
+        if isinstance(ret._return_value, optuna.TrialPruned):
+            return TrialState.PRUNED, None, one_line(ret._return_value)
+        return TrialState.FAIL, None, one_line(ret._return_value)
+
+    def record(self, study: optuna.Study, trial: optuna.trial.Trial, returns: list[Any], seconds: float) -> int:
+        """Tell the study how the trial (all its seeds) ended and print its line; returns 1 for a failure."""
+        outcomes = [self.outcome(ret) for ret in returns]
+        states = [state for state, _, _ in outcomes]
+        errors = [error for _, _, error in outcomes if error]
+        values: list[float] | None = None
+        if TrialState.FAIL in states:
+            state = TrialState.FAIL
+        elif TrialState.PRUNED in states:
+            state = TrialState.PRUNED
         else:
-            state, value, error = TrialState.FAIL, None, one_line(ret._return_value)
-        self.tell(study, trial, state, value if state == TrialState.COMPLETE else None, error, seconds)
+            state = TrialState.COMPLETE
+            per_seed = [metrics[self.objective] for _, metrics, _ in outcomes]
+            train_seconds = sum(metrics.get("train_seconds", math.nan) for _, metrics, _ in outcomes) / len(outcomes)
+            if self.n_seeds > 1:
+                trial.set_user_attr("seed_values", [round(v, 6) for v in per_seed])
+            trial.set_user_attr("train_seconds", round(train_seconds, 3))
+            values = [aggregate(per_seed, str(self.s.get("aggregate", "mean")))]
+            if self.multi:
+                values.append(train_seconds)
+        error = errors[0] if errors and state != TrialState.COMPLETE else None
+        self.tell(study, trial, state, values, error, seconds)
         params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
-        shown = f"{value:.4g}" if state == TrialState.COMPLETE else "-"
+        shown = " ".join(map(_format, values)) if values else "-"
         log.info(f"trial {trial.number:>3} {state.name:<8} {shown:>9} {seconds:7.1f} s  {params}"
                  + (f"  | {error}" if error else ""))
         return int(state == TrialState.FAIL)
 
-    def tell(self, study, trial, state, value, error, seconds) -> None:
+    def tell(self, study, trial, state, values, error, seconds) -> None:
         trial.set_user_attr("seconds", round(seconds, 2))
         if error:
             trial.set_user_attr("error", error)
         try:
-            study.tell(trial, value, state=state)
+            study.tell(trial, values, state=state)
         except RuntimeError as e:  # already finished (marked FAIL by another sweeper)
             log.warning(f"trial {trial.number}: {e}")
 
+    # -- the confirmation round --------------------------------------------------------------------------
+    def run_confirmation(self, study: optuna.Study) -> None:
+        """Re-run the top_k configurations on `seeds` fresh seeds; their results are kept in the study's user
+        attributes (confirm_<trial>: {seed: objective}), so a continued sweep runs only the missing ones."""
+        top_k, n = int(self.confirm.get("top_k", 3)), int(self.confirm.get("seeds", 5))
+        top = self.ranked(study)[:top_k]
+        seeds = [self.seed + CONFIRM_SEED_OFFSET + j for j in range(n)]
+        jobs, keys = [], []
+        for trial in top:
+            done = study.user_attrs.get(f"confirm_{trial.number}", {})
+            for seed in seeds:
+                if str(seed) not in done:
+                    jobs.append(self.trial_overrides(study, trial, seed, f"confirm/trial_{trial.number}_seed_{seed}",
+                                                     report=False))
+                    keys.append((trial, seed))
+        if not jobs:
+            return
+        log.info(f"confirmation: the top {len(top)} configuration(s) on {n} fresh seeds "
+                 f"({seeds[0]}..{seeds[-1]}): {len(jobs)} run(s)")
+        start = time.perf_counter()
+        returns = self.launch(jobs, [], 0)
+        for (trial, seed), ret in zip(keys, returns):
+            state, metrics, error = self.outcome(ret)
+            if state != TrialState.COMPLETE:
+                log.warning(f"confirmation of trial {trial.number}, seed {seed}: {state.name} {error or ''}")
+                continue
+            done = dict(study.user_attrs.get(f"confirm_{trial.number}", {}))
+            done[str(seed)] = metrics[self.objective]
+            study.set_user_attr(f"confirm_{trial.number}", done)
+        log.info(f"confirmation took {time.perf_counter() - start:.1f} s")
+
+    def ranked(self, study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
+        """Complete trials, best first by the search's objective."""
+        complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+        return sorted(complete, key=lambda t: t.values[0], reverse=self.directions[0] == "maximize")
+
+    def confirmation_table(self, study: optuna.Study) -> list[dict[str, Any]]:
+        """The confirmed configurations ranked by their confirmed mean, with a 95% bootstrap interval."""
+        from rlexp.stats import interval_estimates
+
+        ranked = self.ranked(study)
+        confirmed = {t.number: [float(v) for v in study.user_attrs.get(f"confirm_{t.number}", {}).values()]
+                     for t in ranked}
+        confirmed = {k: v for k, v in confirmed.items() if v}
+        if not confirmed:
+            return []
+        estimates = interval_estimates({str(k): v for k, v in confirmed.items()}, "mean")
+        rows = []
+        for search_rank, trial in enumerate(ranked, 1):
+            if trial.number not in confirmed:
+                continue
+            point, low, high = estimates[str(trial.number)]
+            rows.append({"trial": trial.number, "search_rank": search_rank, "search_value": trial.values[0],
+                         "confirmed_mean": point, "ci_low": low, "ci_high": high,
+                         "seeds": len(confirmed[trial.number]), "params": dict(trial.params)})
+        rows.sort(key=lambda r: r["confirmed_mean"], reverse=self.directions[0] == "maximize")
+        for rank, row in enumerate(rows, 1):
+            row["confirmed_rank"] = rank
+        return rows
+
     # -- the report -----------------------------------------------------------------------------------------
     def report(self, study: optuna.Study) -> None:
-        """optimization_results.yaml, trials.csv, tuned/best.yaml and plots in the sweep dir."""
+        """optimization_results.yaml, trials.csv, tuned/best.yaml and plots in the sweep dir; with a confirmation
+        round confirmation.csv (best.yaml is then the confirmed winner), with two objectives pareto_front.csv."""
         trials = study.get_trials(deepcopy=False)
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         counts = {s.name: sum(t.state == s for t in trials) for s in TrialState if any(t.state == s for t in trials)}
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         results: dict[str, Any] = {"name": "optuna", "study_name": study.study_name, "storage": self.storage_url,
-                                   "direction": str(self.s["direction"]), "trials": counts}
-        if complete:
-            best = study.best_trial
-            results.update(best_params=dict(best.params), best_value=best.value, best_trial=best.number)
+                                   "objective": self.objective, "directions": self.directions,
+                                   "seeds_per_trial": self.n_seeds, "trials": counts}
+        best, confirmed = None, []
+        if complete and self.multi:
+            front = sorted(study.best_trials, key=lambda t: t.values[0], reverse=self.directions[0] == "maximize")
+            best = front[0]
+            results["pareto_front"] = [{"trial": t.number, self.objective: t.values[0], "train_seconds": t.values[1],
+                                        "params": dict(t.params)} for t in front]
+            self.write_csv("pareto_front.csv", results["pareto_front"])
+        elif complete:
+            best = self.ranked(study)[0]
+            results.update(best_params=dict(best.params), best_value=best.values[0], best_trial=best.number)
+            confirmed = self.confirmation_table(study) if self.confirm else []
+            if confirmed:
+                winner = confirmed[0]
+                best = next(t for t in complete if t.number == winner["trial"])
+                results.update(best_params=dict(best.params), best_value=winner["confirmed_mean"],
+                               best_trial=best.number, search_best_trial=self.ranked(study)[0].number,
+                               confirmation=confirmed)
+                self.write_csv("confirmation.csv", confirmed)
         OmegaConf.save(OmegaConf.create(results), self.sweep_dir / "optimization_results.yaml")
         try:
             study.trials_dataframe().to_csv(self.sweep_dir / "trials.csv", index=False)
         except Exception as e:  # noqa: BLE001 - the report is best-effort; the study itself is in the storage
             log.warning(f"trials.csv: {e}")
-        if not complete:
+        if best is None:
             log.error(f"no trial of study {study.study_name} has finished yet ({counts})")
             return
-        preset = self.write_best_preset(study.best_trial, study.study_name)
+        preset = self.write_best_preset(best, study.study_name, results.get("best_value", best.values[0]))
         self.plot(study, complete)
         choices = self.config.hydra.runtime.choices
         command = " ".join([f"agent={choices.get('agent')}", f"env={choices.get('env')}",
                             *(f"{k}={v}" for k, v in {**self.fixed, **best.params}.items() if k not in ("agent", "env"))])
-        log.info(f"best: trial {best.number}, objective {best.value:.4g} ({counts.get('COMPLETE', 0)} complete, "
-                 f"{counts.get('PRUNED', 0)} pruned, {counts.get('FAIL', 0)} failed)")
+        done = (f"({counts.get('COMPLETE', 0)} complete, {counts.get('PRUNED', 0)} pruned, {counts.get('FAIL', 0)} failed)")
+        if self.multi:
+            log.info(f"Pareto front: {len(results['pareto_front'])} trial(s) {done}; highest {self.objective}: trial "
+                     f"{best.number} ({_format(best.values[0])} in {best.values[1]:.1f} s); all in pareto_front.csv")
+        elif confirmed:
+            winner = confirmed[0]
+            log.info(f"confirmed best: trial {best.number}, {winner['confirmed_mean']:.4g} "
+                     f"[{winner['ci_low']:.4g}, {winner['ci_high']:.4g}] over {winner['seeds']} fresh seeds "
+                     f"(search rank {winner['search_rank']}) {done}; ranking in confirmation.csv")
+        else:
+            log.info(f"best: trial {best.number}, objective {best.values[0]:.4g} {done}")
         log.info(f"run it: python -m rlexp {command}")
         log.info(f"or: python -m rlexp --config-dir {self.sweep_dir} agent={choices.get('agent')} "
                  f"env={choices.get('env')} tuned=best   (preset {preset}; copy it into conf/tuned/ to keep it)")
 
-    def write_best_preset(self, best: optuna.trial.FrozenTrial, study_name: str) -> Path:
+    def write_csv(self, name: str, rows: list[dict[str, Any]]) -> None:
+        import pandas as pd
+
+        frame = pd.DataFrame([{**{k: v for k, v in row.items() if k != "params"},
+                               **{f"params_{k}": v for k, v in row.get("params", {}).items()}} for row in rows])
+        frame.to_csv(self.sweep_dir / name, index=False)
+
+    def write_best_preset(self, best: optuna.trial.FrozenTrial, study_name: str, value: float) -> Path:
         """The tuned preset of the study's agent+env with the sweep's fixed values and the best parameters."""
         import importlib.resources
 
@@ -397,22 +678,23 @@ class OptunaSweep:
             if path.is_file():
                 preset = OmegaConf.create(path.read_text())
         groups: dict[str, Any] = {}
-        for key, value in {**self.fixed, **best.params}.items():
+        for key, value_ in {**self.fixed, **best.params}.items():
             key = key.lstrip("+~")
             if "." not in key:  # a config group choice (model=mlp_large): a defaults override
-                if key not in ("agent", "env", "hydra") and not key.startswith("hydra/"):
-                    groups[key] = value
+                if key not in ("agent", "env", "hydra", "seed") and not key.startswith("hydra/"):
+                    groups[key] = value_
                 continue
-            if key.split(".")[0] in ("hydra", "run") or key == "seed":
+            if key.split(".")[0] in ("hydra", "run"):
                 continue
-            if isinstance(value, str):  # a fixed value as typed on the command line: parse it as Hydra does
-                value = OverridesParser.create().parse_override(f"{key}={value}").value()
-            OmegaConf.update(preset, key, _yaml_value(value), force_add=True)
+            if isinstance(value_, str):  # a fixed value as typed on the command line: parse it as Hydra does
+                value_ = OverridesParser.create().parse_override(f"{key}={value_}").value()
+            OmegaConf.update(preset, key, _yaml_value(value_), force_add=True)
         if groups:
             preset.defaults = [{f"override /{k}": v} for k, v in groups.items()]
         path = self.sweep_dir / "tuned" / "best.yaml"
         path.parent.mkdir(parents=True, exist_ok=True)
-        header = (f"# @package _global_\n# Best of study {study_name}: trial {best.number}, objective {best.value:.6g}.\n"
+        how = "confirmed mean" if self.confirm else self.objective
+        header = (f"# @package _global_\n# Best of study {study_name}: trial {best.number}, {how} {value:.6g}.\n"
                   f"# Use: python -m rlexp --config-dir {self.sweep_dir} agent={choices.get('agent')} "
                   f"env={choices.get('env')} tuned=best\n"
                   f"# or copy this file to conf/tuned/{choices.get('agent')}_{choices.get('env')}.yaml\n")
@@ -429,14 +711,17 @@ class OptunaSweep:
         import optuna.visualization.matplotlib as ov
 
         n_params = len({k for t in complete for k in t.params})
-        plots = {"optimization_history": lambda: ov.plot_optimization_history(study)}
-        if any(t.intermediate_values for t in study.get_trials(deepcopy=False)):
-            plots["intermediate_values"] = lambda: ov.plot_intermediate_values(study)
-        if n_params >= 2 and len(complete) >= 3:
-            plots["param_importances"] = lambda: ov.plot_param_importances(study)
-            plots["parallel_coordinate"] = lambda: ov.plot_parallel_coordinate(study)
-        elif n_params == 1 and len(complete) >= 2:
-            plots["slice"] = lambda: ov.plot_slice(study)
+        if self.multi:
+            plots = {"pareto_front": lambda: ov.plot_pareto_front(study, target_names=[self.objective, "train_seconds"])}
+        else:
+            plots = {"optimization_history": lambda: ov.plot_optimization_history(study)}
+            if any(t.intermediate_values for t in study.get_trials(deepcopy=False)):
+                plots["intermediate_values"] = lambda: ov.plot_intermediate_values(study)
+            if n_params >= 2 and len(complete) >= 3:
+                plots["param_importances"] = lambda: ov.plot_param_importances(study)
+                plots["parallel_coordinate"] = lambda: ov.plot_parallel_coordinate(study)
+            elif n_params == 1 and len(complete) >= 2:
+                plots["slice"] = lambda: ov.plot_slice(study)
         for name, make in plots.items():
             try:
                 ax = make()
@@ -449,12 +734,13 @@ class OptunaSweep:
 
 
 def reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:
-    """Reseed the sampler (and the random sampler TPE starts with) in place."""
-    import numpy as np
-
+    """Reseed the sampler (and the random sampler it starts with) in place."""
     for part in (sampler, getattr(sampler, "_random_sampler", None), getattr(sampler, "_independent_sampler", None)):
-        if part is not None and hasattr(part, "_rng"):
-            part._rng = np.random.RandomState(seed % 2**32)
+        for attr in ("_rng", "_cma_rng"):
+            state = getattr(part, attr, None)
+            state = getattr(state, "rng", state)  # Optuna's LazyRandomState wraps a NumPy RandomState
+            if hasattr(state, "seed"):
+                state.seed(seed % 2**32)
 
 
 def _yaml_value(value: Any) -> Any:

@@ -13,10 +13,48 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.sweeper import Sweeper
-from hydra_plugins.hydra_optuna_sweeper.config import SamplerConfig
 from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
 from omegaconf import MISSING, OmegaConf
+
+
+@dataclass
+class SamplerConf:
+    """hydra.sweeper.sampler: any Optuna sampler by `_target_`; the presets below set seed and the usual knobs."""
+
+    _target_: str = MISSING
+    seed: Optional[int] = None
+
+
+@dataclass
+class TPESamplerConf(SamplerConf):
+    _target_: str = "optuna.samplers.TPESampler"
+    n_startup_trials: int = 10
+    multivariate: bool = False
+    constant_liar: bool = True           # parallel trials don't all pick the same point
+
+
+@dataclass
+class RandomSamplerConf(SamplerConf):
+    _target_: str = "optuna.samplers.RandomSampler"
+
+
+@dataclass
+class CmaEsSamplerConf(SamplerConf):
+    _target_: str = "optuna.samplers.CmaEsSampler"
+    n_startup_trials: int = 1
+
+
+@dataclass
+class NSGAIISamplerConf(SamplerConf):
+    _target_: str = "optuna.samplers.NSGAIISampler"
+    population_size: int = 50
+
+
+@dataclass
+class QMCSamplerConf(SamplerConf):
+    _target_: str = "optuna.samplers.QMCSampler"
+    qmc_type: str = "sobol"
 
 
 @dataclass
@@ -25,8 +63,14 @@ class RlexpSweeperConf:
 
     _target_: str = "hydra_plugins.rlexp_sweeper.RlexpOptunaSweeper"
     defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
-    sampler: SamplerConfig = MISSING
-    direction: str = "maximize"          # the objective is the final evaluation's mean return
+    sampler: SamplerConf = MISSING       # tpe | random | cmaes | nsgaii | qmc (hydra/sweeper/sampler=...)
+    direction: str = "maximize"          # of the objective (a return: maximize)
+    directions: Optional[List[str]] = None  # [maximize, minimize]: the objective and the training seconds (NSGA-II)
+    objective: str = "final_eval"        # final_eval | mean_last_evals (of run.eval_interval's) | auc (of the eval curve)
+    last_evals: int = 3                  # mean_last_evals: how many of the last evaluations
+    seeds_per_trial: int = 1             # seeds each configuration runs on, as parallel jobs
+    aggregate: str = "mean"              # mean | iqm of the seeds' objectives
+    confirm: Optional[Any] = None        # {top_k: 3, seeds: 5}: re-run the best on fresh seeds; best.yaml = confirmed winner
     storage: Optional[str] = None        # null: sqlite:///<sweep dir>/optuna.db; or postgresql://user@host/db
     study_name: str = "${hydra.runtime.choices.agent}_${hydra.runtime.choices.env}"
     n_trials: int = 20                   # trials this command adds to the study (a grid: at most its size)
@@ -58,6 +102,9 @@ class RlexpSlurmConf(SlurmQueueConf):
 
 
 store = ConfigStore.instance()
+for _name, _node in {"tpe": TPESamplerConf, "random": RandomSamplerConf, "cmaes": CmaEsSamplerConf,
+                     "nsgaii": NSGAIISamplerConf, "qmc": QMCSamplerConf}.items():
+    store.store(group="hydra/sweeper/sampler", name=_name, node=_node, provider="rlexp")
 store.store(group="hydra/sweeper", name="rlexp", node=RlexpSweeperConf, provider="rlexp")
 store.store(group="hydra/launcher", name="rlexp_local", node=RlexpLocalConf, provider="rlexp")
 store.store(group="hydra/launcher", name="rlexp_slurm", node=RlexpSlurmConf, provider="rlexp")

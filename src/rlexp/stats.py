@@ -1,0 +1,70 @@
+"""Seed statistics with rliable (Agarwal et al., 2021): interquartile mean, optimality gap, probability of
+improvement and their stratified-bootstrap confidence intervals."""
+from __future__ import annotations
+
+import warnings
+from typing import Callable, Mapping, Sequence
+
+import numpy as np
+
+REPS = 2000       # bootstrap resamples
+CONFIDENCE = 0.95
+
+
+def _rliable():
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        from rliable import library, metrics
+    return library, metrics
+
+
+def iqm(values: Sequence[float]) -> float:
+    """rliable's interquartile mean: the mean of the middle 50% of the values."""
+    _, metrics = _rliable()
+    return float(metrics.aggregate_iqm(np.asarray(values, dtype=float)))
+
+
+
+def _aggregates() -> dict[str, Callable[[np.ndarray], float]]:
+    _, metrics = _rliable()
+    return {"mean": metrics.aggregate_mean, "median": metrics.aggregate_median, "iqm": metrics.aggregate_iqm}
+
+
+def interval_estimates(scores: Mapping[str, Sequence[float] | np.ndarray], aggregate: str = "iqm",
+                       seed: int = 0) -> dict[str, tuple[float, float, float]]:
+    """{name: (point, low, high)}: an aggregate over seeds (rows) and tasks (columns) with its 95% stratified
+    bootstrap interval. A 1-D sequence is one task."""
+    library, _ = _rliable()
+    func = _aggregates()[aggregate]
+    matrices = {k: np.asarray(v, dtype=float).reshape(len(v), -1) for k, v in scores.items()}
+    points, intervals = library.get_interval_estimates(matrices, lambda x: np.array([func(x)]), reps=REPS,
+                                                       confidence_interval_size=CONFIDENCE,
+                                                       random_state=np.random.RandomState(seed))
+    return {k: (float(points[k][0]), float(intervals[k][0, 0]), float(intervals[k][1, 0])) for k in matrices}
+
+
+def group_statistics(scores: Mapping[str, np.ndarray], gamma: float, seed: int = 0) -> dict[str, dict[str, tuple]]:
+    """{group: {iqm, mean, optimality_gap: (point, low, high)}} of normalised final scores (seeds x tasks);
+    the optimality gap is the mean shortfall below `gamma` (1.0 for scores normalised to the target)."""
+    library, metrics = _rliable()
+    matrices = {k: np.asarray(v, dtype=float).reshape(len(v), -1) for k, v in scores.items()}
+    funcs = lambda x: np.array([metrics.aggregate_iqm(x), metrics.aggregate_mean(x),  # noqa: E731
+                                metrics.aggregate_optimality_gap(x, gamma)])
+    points, intervals = library.get_interval_estimates(matrices, funcs, reps=REPS,
+                                                       confidence_interval_size=CONFIDENCE,
+                                                       random_state=np.random.RandomState(seed))
+    names = ("iqm", "mean", "optimality_gap")
+    return {k: {n: (float(points[k][i]), float(intervals[k][0, i]), float(intervals[k][1, i]))
+                for i, n in enumerate(names)} for k in matrices}
+
+
+def probability_of_improvement(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
+    """P(X > Y): the probability that a run of X beats a run of Y on a task (ties count half), averaged over
+    tasks, with its 95% bootstrap interval."""
+    library, metrics = _rliable()
+    pair = (np.asarray(x, dtype=float).reshape(len(x), -1), np.asarray(y, dtype=float).reshape(len(y), -1))
+    points, intervals = library.get_interval_estimates({"xy": pair}, metrics.probability_of_improvement, reps=REPS,
+                                                       confidence_interval_size=CONFIDENCE,
+                                                       random_state=np.random.RandomState(seed))
+    low, high = np.ravel(intervals["xy"])
+    return float(np.ravel(points["xy"])[0]), float(low), float(high)
