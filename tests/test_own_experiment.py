@@ -110,6 +110,18 @@ def test_sweep_over_an_env_kwarg_of_an_own_env(tmp_path):
     assert objectives == [6.0, 10.0]
 
 
+def test_a_sampled_env_kwarg_is_added_with_plus(tmp_path):
+    (tmp_path / "myconf/env").mkdir(parents=True)
+    (tmp_path / "myconf/env/corridor.yaml").write_text(CORRIDOR.replace("kwargs: {length: 7}", "kwargs: {}"))
+    result = rlexp(tmp_path, "--config-dir", "myconf", "-m", "env=corridor", *TINY, "env.n_envs=2",
+                   "+env.kwargs.length=int(interval(3,9))", "hydra.sweeper.n_trials=2",
+                   "hydra.sweeper.study_name=corridor", timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    frame = pd.read_csv(tmp_path / "multirun/corridor/trials.csv")
+    assert len(frame) == 2 and frame["params_+env.kwargs.length"].between(3, 9).all()
+    assert (frame["value"] == 2.0 * frame["params_+env.kwargs.length"]).all()  # the wrapper doubles the length
+
+
 def test_evaluation_during_training_keeps_the_best_evaluation_and_a_series(tmp_path):
     result = rlexp(tmp_path, "run.max_steps=8192", "run.eval_interval=2048", "run.eval_episodes=3",
                    "run.keep_checkpoints=2", "agent.n_steps=64", "run.target_reward=null", "run_dir=outputs/e")
@@ -145,11 +157,12 @@ def test_play_eval_plot_and_failed_starts_leave_no_run_dir_and_resume_keeps_its_
     for args in (["mode=play"], ["mode=eval"], ["mode=plot", f"+runs=[{run}]", "+output=runs.png"],
                  ["env=acrobot_typo"], ["agent.lr=abc"], ["env.id=NoSuchEnv-v0"]):
         rlexp(tmp_path, *args)
-    assert all_files(tmp_path) - before == {Path("runs.png")}
+    assert all_files(tmp_path) - before == {Path("runs.png"), Path("runs.md"), Path("runs.csv")}  # the plot, its table
     log_lines = len((run / "main.log").read_text().splitlines())
     resumed = rlexp(tmp_path, *TINY, "run.max_steps=2048", f"+resume={run}")
     assert resumed.returncode == 0, resumed.stderr
-    assert all_files(tmp_path) - before == {Path("runs.png")} | {p.relative_to(tmp_path) for p in run.rglob("*")} - before
+    assert all_files(tmp_path) - before == ({Path("runs.png"), Path("runs.md"), Path("runs.csv")}
+                                            | {p.relative_to(tmp_path) for p in run.rglob("*")} - before)
     assert len((run / "main.log").read_text().splitlines()) > log_lines and f"resumed {run}" in (run / "main.log").read_text()
 
 

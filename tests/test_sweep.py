@@ -7,8 +7,11 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import optuna
+import pandas as pd
 import pytest
+import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
@@ -198,6 +201,92 @@ def test_slurm_launcher_composes_and_writes_its_job_script(tmp_path):
                  "#SBATCH --gpus-per-task=1", "#SBATCH --mem=16GB"):
         assert line in text, text
     assert "submitit" in text and str(tmp_path / "multirun" / "ppo_cartpole") in text
+
+
+def test_seeds_per_trial_are_aggregated_and_the_best_confirmed_on_fresh_seeds(tmp_path):
+    result = rlexp(tmp_path, "-m", *TINY, "run.max_steps=1024", "agent.lr=tag(log,interval(1e-4,1e-2))",
+                   "hydra.sweeper.n_trials=2", "hydra.sweeper.seeds_per_trial=2", "hydra.sweeper.confirm={top_k:2,seeds:2}",
+                   "seed=5")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    folder = tmp_path / "multirun" / "ppo_cartpole"
+    done = trials(tmp_path)
+    for trial in done:
+        assert trial.value == pytest.approx(sum(trial.user_attrs["seed_values"]) / 2)
+        seeds = sorted(yaml.safe_load((d / ".hydra" / "config.yaml").read_text())["seed"]
+                       for d in (folder / f"trial_{trial.number}").glob("seed_*"))
+        assert seeds == [5, 6]  # the same seeds for every configuration
+    study = optuna.load_study(study_name="ppo_cartpole", storage=f"sqlite:///{folder}/optuna.db")
+    confirmed = {t.number: study.user_attrs[f"confirm_{t.number}"] for t in done}
+    assert all(sorted(c) == ["10005", "10006"] for c in confirmed.values())  # fresh seeds, none the search used
+    table = pd.read_csv(folder / "confirmation.csv")
+    assert sorted(table["trial"]) == [0, 1] and list(table["confirmed_rank"]) == [1, 2]
+    for _, row in table.iterrows():
+        assert row["confirmed_mean"] == pytest.approx(np.mean(list(confirmed[row["trial"]].values())))
+        assert row["ci_low"] <= row["confirmed_mean"] <= row["ci_high"]
+    winner = int(table.iloc[0]["trial"])
+    assert table["confirmed_mean"].iloc[0] >= table["confirmed_mean"].iloc[1]
+    results = yaml.safe_load((folder / "optimization_results.yaml").read_text())
+    assert results["best_trial"] == winner and results["seeds_per_trial"] == 2
+    best = (folder / "tuned" / "best.yaml").read_text()
+    assert f"trial {winner}, confirmed mean" in best and f"lr: {done[winner].params['agent.lr']}" in best
+    assert "confirmed best: trial" in result.stdout
+
+
+def test_a_seed_list_next_to_a_sampled_parameter_is_refused(tmp_path):
+    result = rlexp(tmp_path, "-m", "seed=0,1,2", "agent.lr=interval(1e-4,1e-2)")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "hydra.sweeper.seeds_per_trial=3" in result.stderr and "Traceback" not in result.stderr
+    assert not (tmp_path / "multirun" / "ppo_cartpole" / "optuna.db").exists()
+    missing = rlexp(tmp_path, "-m", "hydra.sweeper.objective=mean_last_evals", "agent.lr=interval(1e-4,1e-2)")
+    assert missing.returncode == 2 and "run.eval_interval=" in missing.stderr, missing.stderr
+
+
+def test_auc_objective_and_pruning_on_the_periodic_evaluation(tmp_path):
+    from rlexp.sweep import curve_objectives
+
+    result = rlexp(tmp_path, "-m", *TINY, "run.eval_interval=1024", "hydra.sweeper.objective=auc",
+                   "agent.lr=1e-3,3e-3", "hydra.sweeper.study_name=auc")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    for trial in trials(tmp_path, "auc"):
+        evaluations = pd.read_parquet(tmp_path / "multirun" / "auc" / f"trial_{trial.number}" / "evaluations.parquet")
+        assert list(evaluations["step"]) == [1024, 2048]
+        points = list(zip(evaluations["step"], evaluations["mean_return"]))
+        assert trial.value == pytest.approx(curve_objectives(points, 3)["auc"])
+        assert trial.intermediate_values == pytest.approx(dict(points))  # the pruner saw the evaluations
+
+
+def test_two_objectives_give_a_pareto_front_in_a_journal_file_that_optuna_dashboard_reads(tmp_path):
+    import io
+    import json
+    from wsgiref.util import setup_testing_defaults
+
+    import optuna_dashboard
+    from optuna.storages.journal import JournalFileBackend, JournalStorage
+
+    journal = tmp_path / "studies" / "mo.log"
+    result = rlexp(tmp_path, "-m", *TINY, "run.max_steps=1024", "agent.lr=tag(log,interval(1e-4,1e-2))",
+                   "agent.ppo_epochs=choice(1,8)", "hydra.sweeper.n_trials=4", "hydra/sweeper/sampler=nsgaii",
+                   "hydra.sweeper.directions=[maximize,minimize]", f"hydra.sweeper.storage=journal:///{journal}",
+                   "hydra.sweeper.study_name=mo")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    storage = JournalStorage(JournalFileBackend(str(journal)))
+    done = optuna.load_study(study_name="mo", storage=storage).get_trials()
+    assert [t.state for t in done] == [TrialState.COMPLETE] * 4
+    assert all(t.values[1] == pytest.approx(t.user_attrs["train_seconds"], abs=1e-3) for t in done)
+
+    def dominated(t):
+        return any(u.values[0] >= t.values[0] and u.values[1] <= t.values[1] and u.values != t.values for u in done)
+    front = pd.read_csv(tmp_path / "multirun" / "mo" / "pareto_front.csv")
+    assert sorted(front["trial"]) == sorted(t.number for t in done if not dominated(t))
+    assert (tmp_path / "multirun" / "mo" / "pareto_front.png").exists()
+    app = optuna_dashboard.wsgi(storage)  # what `optuna-dashboard journal.log` serves
+    environ = {"PATH_INFO": "/api/studies", "wsgi.errors": io.StringIO()}
+    setup_testing_defaults(environ)
+    status = []
+    body = json.loads(b"".join(app(environ, lambda s, headers, exc_info=None: status.append(s))))
+    assert status == ["200 OK"], environ["wsgi.errors"].getvalue()
+    (study,) = body["study_summaries"]
+    assert study["study_name"] == "mo" and study["directions"] == ["maximize", "minimize"]
 
 
 @pytest.mark.skipif(not os.environ.get("RLEXP_TEST_POSTGRES"), reason="needs RLEXP_TEST_POSTGRES (set by .ci/run)")

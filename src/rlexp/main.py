@@ -548,29 +548,21 @@ def play_or_eval(cfg: DictConfig) -> float:
 
 
 def plot_runs(cfg: DictConfig) -> float:
-    """Overlay the histories of several runs (+runs=[dirA,dirB] or a glob) into one PNG (+output=FILE)."""
-    import glob
-
-    import pandas as pd
-
-    from rlexp.history import plot_history
+    """mode=plot: +runs=[dirA,dirB] or a glob; seeds of one configuration are grouped (see rlexp.plotting)."""
+    from rlexp.plotting import plot_runs as plot
 
     patterns = cfg.get("runs")
     if not patterns:
         raise UserError("mode=plot needs runs: +runs=[outputs/<date>/<run>,...] or +runs='outputs/*/*_ppo_cartpole'")
-    patterns = [patterns] if isinstance(patterns, str) else list(patterns)
+    patterns = [patterns] if isinstance(patterns, str) else [str(p) for p in patterns]
     base = _original_cwd()
-    dirs: list[Path] = []
-    for pattern in patterns:
-        pattern = str(Path(pattern).expanduser() if Path(pattern).is_absolute() else base / pattern)
-        dirs += sorted(Path(p) for p in glob.glob(pattern) if (Path(p) / "history.parquet").exists())
-    if not dirs:
-        raise UserError(f"+runs={patterns}: no run dir with a history.parquet matches")
     output = Path(cfg.get("output") or "runs.png")
     output = output if output.is_absolute() else base / output
-    plot_history({d.name: pd.read_parquet(d / "history.parquet") for d in dirs}, output)
-    log.info(f"plot: {output} ({len(dirs)} runs)")
-    return float(len(dirs))
+    gamma = cfg.get("gamma")
+    groups = plot(patterns, base, output, None if gamma is None else float(gamma))
+    runs = sum(len(g.runs) for g in groups)
+    log.info(f"plot: {output} ({runs} runs in {len(groups)} group(s)); statistics: {output.with_suffix('.md')}")
+    return float(runs)
 
 
 PRESET_GROUPS = ("agent", "env", "model", "buffer", "tuned", "logger", "sweep")

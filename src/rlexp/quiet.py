@@ -40,13 +40,20 @@ def filtered_stderr() -> Iterator[None]:
                 sys.stderr.flush()
 
 
-def import_tensorflow() -> None:
-    """Import TensorFlow and Keras and enumerate devices (which calls cuInit) quietly, once per process."""
-    if "keras" in sys.modules and "tensorflow" in sys.modules:
+_started = False
+
+
+def import_tensorflow(start: bool = True) -> None:
+    """Import TensorFlow and Keras and (with `start`) enumerate devices, which calls cuInit, quietly, once per
+    process. A process that will fork (the sweep launcher's forkserver) imports without starting."""
+    global _started
+    if _started or (not start and "tensorflow" in sys.modules):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     with filtered_stderr():
         import keras  # noqa: F401
         import tensorflow as tf
 
-        tf.config.list_physical_devices()
+        if start:
+            tf.config.list_physical_devices()
+            _started = True

@@ -39,6 +39,7 @@ from rlexp.errors import Started, SweepError
 log = logging.getLogger("rlexp.sweep")
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own one line per trial instead
 warnings.filterwarnings("ignore", category=optuna.exceptions.ExperimentalWarning)  # enqueue_trial, plots
+warnings.filterwarnings("ignore", message="Heartbeat of storage is supposed")  # our own heartbeat thread sends them
 TRIAL_ENV = "RLEXP_OPTUNA_TRIAL"  # JSON {storage, study, trial_id, pruner...} set for each trial's process
 
 
@@ -103,8 +104,8 @@ JOURNAL = "journal:///"
 
 
 def make_storage(url: str, heartbeat_interval: int | None = None, grace_period: int | None = None):
-    """The study's storage. `journal:///path/study.log`: Optuna's journal file (a shared filesystem, no server);
-    anything else is an SQLAlchemy URL. SQLite and journal paths become absolute (trials run elsewhere), and
+    """The study's storage. `journal:///study.log` (relative) or `journal:////abs/study.log`, as SQLite's URLs:
+    Optuna's journal file (a shared filesystem, no server); anything else is an SQLAlchemy URL. SQLite and journal paths become absolute (trials run elsewhere), and
     SQLite waits for locks instead of failing."""
     if url.startswith(JOURNAL):
         from optuna.storages.journal import JournalFileBackend, JournalStorage
@@ -143,7 +144,7 @@ def make_storage(url: str, heartbeat_interval: int | None = None, grace_period: 
 def storage_url(storage, url: str) -> str:
     """The URL a trial's process opens the same storage with."""
     if url.startswith(JOURNAL):
-        return JOURNAL + str(Path(url[len(JOURNAL):]).expanduser().resolve()).lstrip("/")
+        return JOURNAL + str(Path(url[len(JOURNAL):]).expanduser().resolve())  # journal:////abs/path, as SQLite's
     return getattr(storage, "url", url)
 
 
@@ -361,7 +362,8 @@ class OptunaSweep:
                              "start a new study with hydra.sweeper.study_name=<new name>")
         # Optuna caches the trials this process asked for and would not see what the trial processes report
         # (intermediate values: the pruned trials' values, the plots); read the storage itself instead.
-        study._storage = getattr(study._storage, "_backend", study._storage)
+        if type(study._storage).__name__ == "_CachedStorage":
+            study._storage = study._storage._backend
         if exists:
             stale = []
             if hasattr(self.storage, "_get_stale_trial_ids"):  # RUNNING, no heartbeat for grace_period

@@ -13,9 +13,12 @@ from typing import Any, List, Optional
 from hydra.core.config_store import ConfigStore
 from hydra.core.utils import JobReturn, JobStatus
 from hydra.plugins.sweeper import Sweeper
-from hydra_plugins.hydra_submitit_launcher.config import LocalQueueConf, SlurmQueueConf
-from hydra_plugins.hydra_submitit_launcher.submitit_launcher import LocalLauncher, SlurmLauncher
-from omegaconf import MISSING, OmegaConf
+from hydra.core.singleton import Singleton
+from hydra.core.utils import run_job, setup_globals
+from hydra.plugins.launcher import Launcher
+from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
+from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
+from omegaconf import MISSING, OmegaConf, open_dict
 
 
 @dataclass
@@ -86,9 +89,12 @@ class RlexpSweeperConf:
 
 
 @dataclass
-class RlexpLocalConf(LocalQueueConf):
+class RlexpLocalConf:
+    """hydra.launcher.* of the local launcher: each trial its own process (see rlexp.launch)."""
+
     _target_: str = "hydra_plugins.rlexp_sweeper.RlexpLocalLauncher"
-    timeout_min: int = 7 * 24 * 60       # RL trials run long; submitit's default (60) would kill them
+    start_method: str = "forkserver"     # forkserver: forked from a process that imported TensorFlow once | spawn
+    timeout_min: int = 7 * 24 * 60       # a trial running longer is recorded FAIL
 
 
 @dataclass
@@ -149,8 +155,7 @@ def _safe_call(launcher_call, *args: Any) -> JobReturn:
     try:
         ret = launcher_call(*args)
     except BaseException as e:  # noqa: BLE001 - reported to the sweeper as this trial's failure
-        ret = JobReturn()
-        ret.status, ret._return_value = JobStatus.FAILED, e
+        ret = _failed(e)
     error = ret._return_value if ret.status == JobStatus.FAILED else None
     if error is not None and type(error).__name__ != "TrialPruned" and not isinstance(error, TrialFailed):
         logging.getLogger("rlexp").error("trial failed", exc_info=error)
@@ -159,11 +164,49 @@ def _safe_call(launcher_call, *args: Any) -> JobReturn:
     return ret
 
 
-class RlexpLocalLauncher(LocalLauncher):
-    """submitit's local launcher (one process per trial) whose trials never end the sweep by raising."""
+class RlexpLocalLauncher(Launcher):
+    """Each trial in its own process (rlexp.launch: forked from a preloaded forkserver), results back by pipe;
+    like submitit's local launcher, but without a new interpreter and a polling loop per trial."""
 
-    def __call__(self, *args: Any) -> JobReturn:
-        return _safe_call(super().__call__, *args)
+    def __init__(self, **params: Any) -> None:
+        self.params = params
+
+    def setup(self, *, hydra_context, task_function, config) -> None:
+        self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
+
+    def __call__(self, sweep_overrides: List[str], job_num: int, job_id: str, singleton_state: Any) -> JobReturn:
+        """In the trial's process: compose its config and run it as Hydra runs a job."""
+        Singleton.set_state(singleton_state)
+        setup_globals()
+        config = self.hydra_context.config_loader.load_sweep_config(self.config, sweep_overrides)
+        with open_dict(config.hydra.job) as job:
+            job.id, job.num = job_id, job_num
+        return run_job(hydra_context=self.hydra_context, task_function=self.task_function, config=config,
+                       job_dir_key="hydra.sweep.dir", job_subdir_key="hydra.sweep.subdir")
+
+    def launch(self, job_overrides, initial_job_idx: int) -> List[JobReturn]:
+        from pathlib import Path
+
+        from rlexp.launch import run_jobs
+
+        sweep_dir = Path(str(self.config.hydra.sweep.dir))
+        sweep_dir.mkdir(parents=True, exist_ok=True)
+        state = Singleton.get_state()
+        numbers = [initial_job_idx + i for i in range(len(job_overrides))]
+        jobs = [(list(overrides), n, f"local_{n}", state) for n, overrides in zip(numbers, job_overrides)]
+        results = run_jobs(self._safe, jobs, sweep_dir / ".launcher", str(self.params.get("start_method", "forkserver")),
+                           timeout_s=float(self.params.get("timeout_min") or 0) * 60 or None,
+                           names=[f"job_{n}" for n in numbers])
+        return [r if isinstance(r, JobReturn) else _failed(r) for r in results]
+
+    def _safe(self, *args: Any) -> JobReturn:
+        return _safe_call(self.__call__, *args)
+
+
+def _failed(error: BaseException) -> JobReturn:
+    ret = JobReturn()
+    ret.status, ret._return_value = JobStatus.FAILED, error
+    return ret
 
 
 class RlexpSlurmLauncher(SlurmLauncher):

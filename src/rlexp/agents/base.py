@@ -232,6 +232,7 @@ class Agent:
         self.plateau_count = self.early_stop_count = 0
         self.history = History()
         self.max_steps = 1
+        self.pause_step: int | None = None  # a fused call stops here too (the next evaluation during training)
 
         self._episode_returns = np.zeros(self.n_envs)
         self._finished: list[tuple[int, float]] = []
@@ -458,6 +459,11 @@ class Agent:
         self._finished.clear()
         return improved
 
+    def steps_left(self) -> int:
+        """Env steps the next fused call may take: up to max_steps, or the next evaluation if sooner."""
+        limit = self.max_steps if self.pause_step is None else min(self.max_steps, self.pause_step)
+        return limit - self.steps
+
     def target_reached(self, target_reward: float | None) -> bool:
         enough = len(self.rewards) >= min(self.reward_buffer_size, 10)
         return target_reward is not None and enough and self.mean_reward >= float(target_reward)
@@ -501,6 +507,7 @@ class Agent:
                         reason = "early_stop"
                         break
                     self._apply_lr()
+                    self.pause_step = evaluator.next_step if evaluator is not None else None
                     metrics = self.train_iteration()
                     self.check_finite(metrics)
                     self.train_time = base_time + time.perf_counter() - session_start

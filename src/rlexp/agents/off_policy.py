@@ -314,7 +314,7 @@ class OffPolicyAgent(Agent):
             self._obs = self._numpy_step(self._obs, self.random_actions())
 
     def train_iteration(self) -> dict[str, float]:
-        remaining = max(self.max_steps - self.steps, 1)
+        remaining = max(self.steps_left(), 1)
         if not self.buffer.ready and self.random_warmup:
             self.warm_up()
             return {}

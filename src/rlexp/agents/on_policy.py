@@ -540,7 +540,7 @@ class OnPolicyAgent(Agent):
             self._update_fn = tf.function(self.update, jit_compile=self.jit_compile and self.jit_update)
             self._train_fn = tf.function(self._fused_iterations)
         rollout = self.n_steps * self.n_envs
-        cycles = max(1, min(self.updates_per_call, -(-(self.max_steps - self.steps) // rollout)))
+        cycles = max(1, min(self.updates_per_call, -(-self.steps_left() // rollout)))
         scheduled = self.schedules()
         # fixed length: no retrace for the last, shorter call
         lrs = np.zeros(self.updates_per_call, np.float32)

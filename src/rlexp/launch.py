@@ -1,0 +1,97 @@
+"""Trials in their own processes without paying Python's and TensorFlow's start-up each time.
+
+A multiprocessing forkserver imports TensorFlow, Keras, Hydra and rlexp once (`rlexp.preload`); every trial
+is then a fresh process forked from it, so its memory and TensorFlow's global state end with it, and its
+result comes back through a pipe the moment it finishes. `start_method=spawn` starts a new interpreter per
+trial instead (for envs that can't be forked)."""
+from __future__ import annotations
+
+import multiprocessing
+import os
+import time
+from multiprocessing.connection import wait
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+import cloudpickle
+
+PRELOAD = ["rlexp.preload"]
+_CONTEXTS: dict[str, Any] = {}
+
+
+def context(start_method: str):
+    if start_method not in ("forkserver", "spawn"):
+        raise ValueError(f"hydra.launcher.start_method={start_method}: use forkserver or spawn")
+    if start_method not in _CONTEXTS:
+        ctx = multiprocessing.get_context(start_method)
+        if start_method == "forkserver":
+            ctx.set_forkserver_preload(PRELOAD)
+        _CONTEXTS[start_method] = ctx
+    return _CONTEXTS[start_method]
+
+
+def _job(payload: bytes, log_stem: str, conn) -> None:
+    """In the trial's process: output to <log_stem>.out/.err, run the call, send back its pickled result."""
+    for fd, suffix in ((1, ".out"), (2, ".err")):
+        target = os.open(log_stem + suffix, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
+        os.dup2(target, fd)
+        os.close(target)
+    call, args = cloudpickle.loads(payload)
+    try:
+        result = call(*args)
+    except BaseException as e:  # noqa: BLE001 - the caller wraps its own errors; this is the last resort
+        result = e
+    try:
+        conn.send_bytes(cloudpickle.dumps(result))
+    except Exception as e:  # noqa: BLE001 - an unpicklable result
+        conn.send_bytes(cloudpickle.dumps(RuntimeError(f"the trial's result could not be sent back: {e}")))
+    conn.close()
+
+
+def run_jobs(call: Callable[..., Any], jobs: Sequence[tuple], log_dir: Path, start_method: str = "forkserver",
+             timeout_s: float | None = None, names: Sequence[str] | None = None) -> list[Any]:
+    """call(*job) for every job at once, each in its own process; the results in order. A process that dies
+    or runs past `timeout_s` gives a RuntimeError in its place."""
+    ctx = context(start_method)
+    log_dir.mkdir(parents=True, exist_ok=True)
+    running = []
+    for index, job in enumerate(jobs):
+        receiver, sender = ctx.Pipe(duplex=False)
+        stem = str(log_dir / (names[index] if names else f"job_{index}"))
+        process = ctx.Process(target=_job, args=(cloudpickle.dumps((call, job)), stem, sender), daemon=False)
+        process.start()
+        sender.close()
+        running.append((process, receiver))
+    results: list[Any] = [None] * len(jobs)
+    pending = {receiver: i for i, (_, receiver) in enumerate(running)}
+    deadline = None if timeout_s is None else time.monotonic() + timeout_s
+    try:
+        while pending:
+            left = None if deadline is None else max(0.0, deadline - time.monotonic())
+            ready = wait(list(pending), timeout=left)
+            if not ready:
+                for receiver, i in pending.items():
+                    results[i] = RuntimeError(f"the trial ran past hydra.launcher.timeout_min ({timeout_s / 60:g} min)")
+                break
+            for receiver in ready:
+                i = pending.pop(receiver)
+                try:
+                    results[i] = cloudpickle.loads(receiver.recv_bytes())
+                except EOFError:
+                    process = running[i][0]
+                    process.join(5)
+                    results[i] = RuntimeError(f"the trial's process ended without a result (exit code "
+                                              f"{process.exitcode}); its output: {stem_of(log_dir, names, i)}.err")
+    finally:
+        for process, receiver in running:
+            if process.is_alive():
+                process.join(0.5 if not pending else 0)
+            if process.is_alive():
+                process.terminate()
+                process.join(5)
+            receiver.close()
+    return results
+
+
+def stem_of(log_dir: Path, names: Sequence[str] | None, index: int) -> str:
+    return str(log_dir / (names[index] if names else f"job_{index}"))
