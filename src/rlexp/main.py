@@ -350,11 +350,18 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
         if not ckpt.exists():
             raise UserError(f"+resume={resume}: no checkpoint at {ckpt}; pass the run dir of a training run")
         stored = _stored_config(ckpt, cfg)
+        if str(stored.get("fallback", "auto")) not in ("auto", "none"):  # compare like with like
+            from rlexp.fallback import merge_fallback
+
+            cfg = merge_fallback(cfg, str(stored.fallback), _task_overrides())
         check_resume_overrides(cfg, stored)
         cfg = stored
         check_settings(cfg)
     else:
         check_presets(cfg, _choices())
+        from rlexp.fallback import apply_fallback
+
+        cfg = apply_fallback(cfg, _choices(), _task_overrides())
         run_dir = new_run_dir(cfg)
     _setup_tensorflow(cfg)
     agent = build_agent(cfg)
