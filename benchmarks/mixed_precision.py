@@ -28,7 +28,7 @@ CASES = {  # name: (env id, make_envs options, agent options, warm-up steps, tim
 def measure(case: str, precision: str) -> float:
     from rlexp.agents import PPO
     from rlexp.envs import make_envs
-    from rlexp.main import configure_threads
+    from rlexp.build import configure_threads
 
     env_id, env_kwargs, agent_kwargs, warm, steps = CASES[case]
     envs = make_envs(env_id, seed=0, **env_kwargs)

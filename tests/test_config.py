@@ -5,7 +5,7 @@ import pytest
 from hydra import compose, initialize_config_module
 
 from rlexp import main as main_module
-from rlexp.main import agent_class, startup_done, thread_counts
+from rlexp.build import agent_class, startup_done, thread_counts
 from rlexp.errors import UserError
 
 

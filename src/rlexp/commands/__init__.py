@@ -1,0 +1,1 @@
+"""The commands `mode=` dispatches to: train, play/eval, plot, init."""

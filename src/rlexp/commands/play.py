@@ -1,0 +1,75 @@
+"""mode=play and mode=eval: a trained run's agent acts (video, frames, demonstrations) or is evaluated."""
+from __future__ import annotations
+
+import logging
+import os
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf
+
+from rlexp.build import build_agent, setup_tensorflow, startup_done
+from rlexp.commands.train import evaluate, mean_std
+from rlexp.errors import UserError
+from rlexp.rundirs import absolute, find_checkpoint, stored_config
+
+log = logging.getLogger("rlexp")
+
+
+def play_or_eval(cfg: DictConfig) -> float:
+    from rlexp.play import play, writable_dir
+
+    ckpt = find_checkpoint(cfg, cfg.get("checkpoint"))
+    run_cfg = stored_config(ckpt, cfg)
+    for key in ("video_dir", "frame_dir", "demo_dir"):  # fail before loading anything
+        if cfg.get(key):
+            writable_dir(cfg[key], key)
+    if cfg.get("demo_dir"):
+        from rlexp.demos import DATASET_ID
+
+        if (Path(cfg.demo_dir).expanduser() / DATASET_ID).exists():
+            raise UserError(f"+demo_dir={cfg.demo_dir} holds demonstrations already; pick a new directory")
+    setup_tensorflow(run_cfg)
+    log.info(f"loaded {ckpt}")
+    precision = int(run_cfg.agent.display_precision)
+    if cfg.mode == "eval":
+        agent = build_agent(run_cfg, n_envs=1)
+        startup_done()
+        agent.load(ckpt, weights_only=True)
+        returns = evaluate(agent, run_cfg)
+        mean, std = mean_std(returns)
+        log.info(f"eval: {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} episodes")
+        return mean
+    capture = bool(cfg.get("video_dir") or cfg.get("frame_dir"))
+    if not cfg.get("render"):
+        os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # off-screen rendering needs no display
+    render_mode = "rgb_array" if capture else ("human" if cfg.get("render") else None)
+    agent = build_agent(run_cfg, n_envs=1, render_mode=render_mode)
+    startup_done()
+    agent.load(ckpt, weights_only=True)
+    name = ckpt.parent.parent.name
+    recorder = None
+    if cfg.get("demo_dir"):
+        from rlexp.demos import DemoRecorder
+
+        recorder = DemoRecorder()
+    returns = play(agent, agent.envs, episodes=int(cfg.play.episodes), video_dir=cfg.get("video_dir"),
+                   frame_dir=cfg.get("frame_dir"), frame_frequency=int(cfg.play.frame_frequency),
+                   frame_delay=float(cfg.play.frame_delay), render=bool(cfg.get("render")), fps=int(cfg.play.fps),
+                   name=name, recorder=recorder)
+    agent.envs.close()
+    if recorder is not None:
+        path = recorder.write(absolute(cfg.demo_dir), run_cfg.env.id,
+                              type(agent).__name__, agent.observation_space, agent.action_space)
+        log.info(f"demonstrations: {path} ({len(recorder.episodes)} episodes, Minari format); train from them "
+                 f"with agent=dqfd agent.demos={cfg.demo_dir}")
+    if cfg.get("video_dir") and (cfg.get("logger") or {}).get("name") == "wandb":
+        from rlexp.tracking import Wandb
+
+        settings = dict(OmegaConf.to_container(cfg.logger, resolve=True))
+        settings["name"] = settings.pop("run_name", None) or f"{name}_play"
+        tracker = Wandb(settings, {"checkpoint": str(ckpt), "mode": "play"}, Path(cfg.video_dir))
+        try:
+            tracker.video(Path(cfg.video_dir) / f"{name}.mp4")
+        finally:
+            tracker.close()
+    return mean_std(returns)[0]

@@ -1,0 +1,30 @@
+"""mode=plot: runs compared, seeds of a configuration grouped (rlexp.plotting does the work)."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from rlexp.errors import UserError
+from rlexp.rundirs import original_cwd
+
+log = logging.getLogger("rlexp")
+
+
+def plot_runs(cfg: DictConfig) -> float:
+    """mode=plot: +runs=[dirA,dirB] or a glob; seeds of one configuration are grouped (see rlexp.plotting)."""
+    from rlexp.plotting import plot_runs as plot
+
+    patterns = cfg.get("runs")
+    if not patterns:
+        raise UserError("mode=plot needs runs: +runs=[outputs/<date>/<run>,...] or +runs='outputs/*/*_ppo_cartpole'")
+    patterns = [patterns] if isinstance(patterns, str) else [str(p) for p in patterns]
+    base = original_cwd()
+    output = Path(cfg.get("output") or "runs.png")
+    output = output if output.is_absolute() else base / output
+    gamma = cfg.get("gamma")
+    groups = plot(patterns, base, output, None if gamma is None else float(gamma))
+    runs = sum(len(g.runs) for g in groups)
+    log.info(f"plot: {output} ({runs} runs in {len(groups)} group(s)); statistics: {output.with_suffix('.md')}")
+    return float(runs)

@@ -1,0 +1,190 @@
+"""mode=train: a new run (or +resume, +init_from), evaluation during it, tracking, and the final evaluation."""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from rlexp.build import build_agent, setup_tensorflow, startup_done
+from rlexp.errors import UserError
+from rlexp.rundirs import (CHECKPOINT, absolute, check_resume_overrides, choices, in_sweep, new_run_dir, run_config,
+                           stored_config, task_overrides, write_run_config)
+
+log = logging.getLogger("rlexp")
+
+
+def init_weights(agent: Any, source: str) -> Path:
+    """+init_from: a run dir's last checkpoint (or a .ckpt file) gives the weights and normaliser statistics."""
+    ckpt = absolute(source)
+    if ckpt.is_dir():
+        ckpt = ckpt / CHECKPOINT
+    if not ckpt.exists():
+        raise UserError(f"+init_from={source}: {ckpt} does not exist; pass a run dir or a .ckpt file")
+    try:
+        agent.load(ckpt, weights_only=True)
+    except ValueError as e:  # Keras: the layer shapes differ
+        raise UserError(f"+init_from={source}: its model does not fit this one ({e}); use the run's model "
+                        "preset and layers") from None
+    return ckpt
+
+
+def warn_if_no_update(agent: Any, cfg: DictConfig) -> None:
+    first = agent.first_update_step()
+    if agent.steps < first and int(float(cfg.run.max_steps)) <= first:
+        log.warning(f"warning: run.max_steps={cfg.run.max_steps} ends before the first gradient step, at "
+                    f"{first:,} env steps (a full rollout, or buffer.initial_size); nothing will be learned")
+
+
+def make_evaluator(cfg: DictConfig, run_dir: Path):
+    """Evaluation during training (run.eval_interval > 0) on its own envs, seeded apart from training's."""
+    interval = int(cfg.run.get("eval_interval") or 0)
+    if interval <= 0:
+        return None
+    from rlexp.evaluation import Evaluator
+
+    return Evaluator(lambda: eval_envs(cfg), interval, int(cfg.run.eval_episodes), run_dir,
+                     keep=int(cfg.run.get("keep_checkpoints") or 0))
+
+
+def train(cfg: DictConfig) -> float | dict[str, float]:
+    from rlexp.checks import check_presets, check_settings
+    from rlexp.logs import attach_run_log, detach_run_log
+
+    resume, init_from = cfg.get("resume"), cfg.get("init_from")
+    if resume and init_from:
+        raise UserError("+resume continues a run, +init_from starts a new one from a run's weights: pass one of them")
+    if resume:
+        run_dir = absolute(resume)
+        ckpt = run_dir / CHECKPOINT
+        if not ckpt.exists():
+            raise UserError(f"+resume={resume}: no checkpoint at {ckpt}; pass the run dir of a training run")
+        stored = stored_config(ckpt, cfg)
+        if str(stored.get("fallback", "auto")) not in ("auto", "none"):  # compare like with like
+            from rlexp.fallback import merge_fallback
+
+            cfg = merge_fallback(cfg, str(stored.fallback), task_overrides())
+        check_resume_overrides(cfg, stored)
+        cfg = stored
+        check_settings(cfg)
+    else:
+        check_presets(cfg, choices())
+        from rlexp.fallback import apply_fallback
+
+        cfg = apply_fallback(cfg, choices(), task_overrides())
+        run_dir = new_run_dir(cfg)
+    setup_tensorflow(cfg)
+    agent = build_agent(cfg)
+    if init_from and not resume:
+        log.info(f"initial weights from {init_weights(agent, str(init_from))}")
+    warn_if_no_update(agent, cfg)
+    startup_done()
+    if resume:
+        from rlexp.files import remove_leftovers
+
+        remove_leftovers(run_dir, run_dir / "checkpoints")  # half-written files of the killed run
+    else:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        write_run_config(run_dir, cfg)
+    handler = attach_run_log(run_dir)
+    try:
+        return _train(agent, cfg, run_dir, ckpt if resume else None)
+    finally:
+        detach_run_log(handler)
+
+
+def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None) -> float | dict[str, float]:
+    evaluator = make_evaluator(cfg, run_dir)
+    if resume_from is not None:
+        state = agent.load(resume_from)
+        if evaluator is not None:
+            evaluator.restore(agent.steps)
+        log.info(f"resumed {run_dir} at step {state['steps']:,} ({state['episodes']:,} episodes)")
+    if not cfg.agent.get("quiet"):
+        log.info(f"training {type(agent).__name__} on {cfg.env.id} ({cfg.env.n_envs} envs) -> {run_dir}")
+    tracker = make_tracker(cfg, run_dir)
+    failed = True
+    try:
+        summary = agent.fit(cfg.run.max_steps, cfg.run.target_reward, run_dir=run_dir,
+                            checkpoint_interval=float(cfg.run.checkpoint_interval),
+                            history_interval=float(cfg.run.history_interval), progress=progress_mode(cfg),
+                            config=run_config(cfg), tracker=tracker, evaluator=evaluator)
+        returns = [] if summary["reason"] == "interrupted" else evaluate(agent, cfg)
+        precision = int(cfg.agent.display_precision)
+        mean, std = mean_std(returns)
+        if returns:
+            tracker.scalars(agent.steps, {"eval/mean_return": mean, "eval/std_return": std})
+        failed = False
+    finally:
+        tracker.close(failed)
+        if evaluator is not None:
+            evaluator.close()
+    log.info(f"done ({summary['reason']}): {summary['steps']:,} steps in {summary['seconds']:.1f} s "
+             f"({summary['steps_per_s']:,.0f} steps/s) | "
+             + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} episodes" if returns else "no eval")
+             + f" | run dir: {run_dir}")
+    log.info(f"next: python -m rlexp mode=play +checkpoint={run_dir} +video_dir=videos | "
+             f"python -m rlexp mode=eval +checkpoint={run_dir} | python -m rlexp +resume={run_dir}")
+    agent.envs.close()
+    if in_sweep():  # a trial of rlexp's sweeper gets every objective back (the float elsewhere)
+        from rlexp.sweep import trial_metrics
+
+        metrics = trial_metrics(mean, evaluator.rows if evaluator is not None else [], agent.steps,
+                                summary["seconds"])
+        if metrics is not None:
+            return metrics
+    return mean
+
+
+def progress_mode(cfg: DictConfig) -> str:
+    """Live bar on a terminal, log lines otherwise and in sweeps (many trials share one console)."""
+    mode = str(cfg.run.progress)
+    return "log" if mode == "auto" and in_sweep() else mode
+
+
+def make_tracker(cfg: DictConfig, run_dir: Path):
+    """TensorBoard always; Weights & Biases with logger=wandb (grouped by sweep in --multirun)."""
+    from rlexp.tracking import TensorBoard, Trackers, Wandb
+
+    trackers = [TensorBoard(run_dir / "tb")]
+    logger = cfg.get("logger") or {}
+    if logger.get("name") == "wandb":
+        group = Path(HydraConfig.get().sweep.dir).name if in_sweep() else None
+        settings = dict(OmegaConf.to_container(logger, resolve=True))
+        settings["name"] = settings.pop("run_name", None)
+        trackers.append(Wandb(settings, run_config(cfg), run_dir, default_group=group))
+    if in_sweep():
+        from rlexp.sweep import trial_reporter
+
+        reporter = trial_reporter(int(float(cfg.run.max_steps)), on_eval=int(cfg.run.get("eval_interval") or 0) > 0)
+        if reporter is not None:
+            trackers.append(reporter)
+    return Trackers(trackers)
+
+
+def mean_std(returns: list[float]) -> tuple[float, float]:
+    import numpy as np
+
+    return (float(np.mean(returns)), float(np.std(returns))) if returns else (float("nan"), float("nan"))
+
+
+def eval_envs(cfg: DictConfig):
+    """Envs for deterministic evaluation episodes (the agent resets them with its own evaluation seed, apart
+    from the training envs' seeds)."""
+    from rlexp.envs import env_from_config
+
+    return env_from_config(cfg.env, cfg.seed, n_envs=min(int(cfg.run.eval_episodes), 32), vectorization="sync")
+
+
+def evaluate(agent, cfg: DictConfig) -> list[float]:
+
+    episodes = int(cfg.run.eval_episodes)
+    if episodes <= 0:
+        return []
+    envs = eval_envs(cfg)
+    try:
+        return agent.evaluate(envs, episodes)
+    finally:
+        envs.close()

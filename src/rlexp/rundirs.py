@@ -1,0 +1,147 @@
+"""Run dirs and checkpoints: where a run writes, which checkpoint a command means, the config a run was trained
+with, and what +resume may change; plus what Hydra says about the current command."""
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from hydra.core.hydra_config import HydraConfig
+from omegaconf import DictConfig, OmegaConf
+
+from rlexp.errors import UserError
+
+CHECKPOINT = Path("checkpoints") / "last.ckpt"
+
+
+def run_config(cfg: DictConfig) -> dict[str, Any]:
+    container = OmegaConf.to_container(cfg, resolve=True)
+    container.pop("hydra", None)
+    return container
+
+
+def original_cwd() -> Path:
+    try:
+        return Path(HydraConfig.get().runtime.cwd)
+    except ValueError:
+        return Path.cwd()
+
+
+def absolute(path: str | Path) -> Path:
+    """A path from the command line, relative to the directory the command was started in."""
+    path = Path(path).expanduser()
+    return path if path.is_absolute() else original_cwd() / path
+
+
+def find_checkpoint(cfg: DictConfig, explicit: str | None) -> Path:
+    """The checkpoint to play: `+checkpoint` (a run dir or a .ckpt), else the newest matching run's."""
+    from rlexp.agents.base import Agent
+
+    if explicit:
+        path = absolute(explicit)
+        if path.is_dir():
+            path = path / CHECKPOINT
+        if not path.exists():
+            raise UserError(f"+checkpoint={explicit}: {path} does not exist; pass a run dir "
+                            "(outputs/<date>/<time>_<agent>_<env>) or a .ckpt file")
+        return path
+    candidates = []
+    for root in ("outputs", "multirun"):
+        for ckpt in (original_cwd() / root).glob(f"**/{CHECKPOINT}"):
+            candidates.append((ckpt.stat().st_mtime, ckpt))
+    for _, ckpt in sorted(candidates, reverse=True):
+        try:
+            stored = Agent.read_state(ckpt).get("config", {})
+        except UserError:
+            continue
+        if stored.get("agent", {}).get("_target_") == cfg.agent._target_ and stored.get("env", {}).get("id") == cfg.env.id:
+            return ckpt
+    name = HydraConfig.get().runtime.choices
+    raise UserError(f"no trained run of agent={name.get('agent')} on {cfg.env.id} under outputs/; train first "
+                    f"(python -m rlexp agent={name.get('agent')} env={name.get('env')}) or pass +checkpoint=<run dir>")
+
+
+def stored_config(ckpt: Path, cfg: DictConfig) -> DictConfig:
+    """The config a checkpoint was trained with, with this command's mode, play.* and explicit run.* settings."""
+    from rlexp.agents.base import Agent
+
+    stored = Agent.read_state(ckpt).get("config")
+    if not stored:
+        raise UserError(f"checkpoint {ckpt} has no stored config; it was not written by `python -m rlexp`")
+    merged = OmegaConf.create(stored)
+    for key in ("mode", "play"):
+        merged[key] = cfg[key]
+    merged.setdefault("run", cfg.run)
+    for override in task_overrides():  # run.* keeps the stored values unless set on this command line
+        key = override.split("=", 1)[0].lstrip("+~")
+        if key.startswith("run."):
+            OmegaConf.update(merged, key, OmegaConf.select(cfg, key), force_add=True)
+    return merged
+
+
+def task_overrides() -> list[str]:
+    try:
+        return list(HydraConfig.get().overrides.task)
+    except ValueError:
+        return []
+
+
+def flat(node: Any, prefix: str = "") -> dict[str, Any]:
+    """{dotted key: leaf value} of a config section."""
+    if isinstance(node, dict):
+        return {k: v for key, sub in node.items() for k, v in flat(sub, f"{prefix}{key}.").items()}
+    return {prefix[:-1]: node}
+
+
+def check_resume_overrides(cfg: DictConfig, stored: DictConfig) -> None:
+    """+resume continues a run with its own settings: this command's agent/env/model/buffer/seed values may
+    repeat the run's (the command it was trained with), and only run.* may differ."""
+    fixed = ("agent", "env", "model", "buffer", "seed")
+    touched = {o.split("=", 1)[0].lstrip("+~") for o in task_overrides()}
+    touched = {key for key in touched if key.split(".")[0] in fixed}
+    here = flat({k: OmegaConf.to_container(cfg, resolve=True).get(k) for k in fixed})
+    there = flat({k: OmegaConf.to_container(stored, resolve=True).get(k) for k in fixed})
+    differ = sorted(k for k in set(here) | set(there) if any(k == t or k.startswith(f"{t}.") for t in touched)
+                    and here.get(k) != there.get(k))
+    if differ:
+        shown = ", ".join(f"{k} (run: {there.get(k)!r}, here: {here.get(k)!r})" for k in differ[:3])
+        raise UserError(f"+resume continues the run with its own settings, and these differ: {shown}"
+                        f"{' ...' if len(differ) > 3 else ''}; drop them (only run.* can change on resume), or "
+                        "start a new run from its weights with +init_from=<run dir>")
+
+
+def new_run_dir(cfg: DictConfig) -> Path:
+    """A fresh training run's dir: the sweep's trial dir, else run_dir (outputs/<date>/<time>_<agent>_<env>),
+    with a numeric suffix when a run of the same second holds that name. Not made yet."""
+    if in_sweep():
+        return Path(HydraConfig.get().runtime.output_dir)
+    run_dir = absolute(str(cfg.run_dir))
+    candidate, n = run_dir, 1
+    while candidate.exists():
+        candidate, n = run_dir.with_name(f"{run_dir.name}_{n}"), n + 1
+    return candidate
+
+
+def write_run_config(run_dir: Path, cfg: DictConfig) -> None:
+    """The composed config and this command's overrides in <run dir>/.hydra/ (Hydra's layout)."""
+    from rlexp.files import write_atomic
+
+    config = OmegaConf.to_yaml(OmegaConf.create(run_config(cfg)))
+    overrides = OmegaConf.to_yaml(OmegaConf.create(task_overrides()))
+    write_atomic(run_dir / ".hydra" / "config.yaml", lambda f: f.write(config.encode()))
+    write_atomic(run_dir / ".hydra" / "overrides.yaml", lambda f: f.write(overrides.encode()))
+
+
+def choices() -> dict[str, str]:
+    try:
+        return {k: str(v) for k, v in HydraConfig.get().runtime.choices.items()}
+    except ValueError:
+        return {}
+
+
+def in_sweep() -> bool:
+    from hydra.types import RunMode
+
+    try:
+        return HydraConfig.get().mode == RunMode.MULTIRUN
+    except ValueError:
+        return False
