@@ -79,25 +79,33 @@ def test_agent_preset_defaults_agree_with_code(agent):
         assert value == code[key] or (isinstance(value, float) and abs(value - code[key]) < 1e-12), key
 
 
-def test_readme_agent_tables_match_the_presets():
+def test_documented_agent_tables_match_the_presets():
     from pathlib import Path
 
     from rlexp.presets import agent_tables
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    assert agent_tables().strip() in readme, "README agent tables are stale: run `python -m rlexp.presets`"
+    reference = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
+    assert agent_tables().strip() in reference, "docs/configuration.md is stale: run `python -m rlexp.presets`"
 
 
 def test_readme_python_blocks_run(tmp_path, monkeypatch):
     import re
     from pathlib import Path
 
-    readme = (Path(__file__).parents[1] / "README.md").read_text()
-    blocks = re.findall(r"```python\n(.*?)```", readme, re.S)
-    assert blocks
+    root = Path(__file__).parents[1]
     monkeypatch.chdir(tmp_path)
-    for block in blocks:
-        exec(compile(block, "README.md", "exec"), {})
+    for name in ("README.md", "docs/python_api.md", "docs/new_algorithm.md"):
+        blocks = re.findall(r"```python\n(.*?)```", (root / name).read_text(), re.S)
+        assert blocks, name
+        for block in blocks:
+            namespace: dict = {}
+            exec(compile(block, name, "exec"), namespace)
+            if "MyPG" in namespace:  # the new algorithm's example trains
+                from rlexp import make_envs
+
+                agent = namespace["MyPG"](make_envs("CartPole-v1", n_envs=4, seed=0), seed=0, n_steps=64)
+                agent.fit(max_steps=2_000)
+                assert agent.steps >= 2_000 and len(agent.history) > 0
     assert (tmp_path / "videos" / "play.mp4").exists() and (tmp_path / "my_run" / "history.parquet").exists()
 
 

@@ -1,4 +1,4 @@
-"""Markdown tables of the agent presets (conf/agent/*.yaml), generated from their comments for the README."""
+"""Markdown tables of the agent presets (conf/agent/*.yaml), generated from their comments for docs/configuration.md."""
 from __future__ import annotations
 
 import re
