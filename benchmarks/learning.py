@@ -57,7 +57,7 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     # no tuned preset: the fallback presets (conf/fallbacks/) on a discrete and a continuous env
     "fallback-ppo-acrobot": (["agent=ppo", "env=generic", "env.id=Acrobot-v1", "run.max_steps=1e5",
                               "run.target_reward=null"], -100),
-    "fallback-a2c-acrobot": (["agent=a2c", "env=generic", "env.id=Acrobot-v1", "run.max_steps=2e5",
+    "fallback-a2c-acrobot": (["agent=a2c", "env=generic", "env.id=Acrobot-v1", "run.max_steps=5e5",
                               "run.target_reward=null"], -100),
     "fallback-dqn-acrobot": (["agent=dqn", "env=generic", "env.id=Acrobot-v1", "run.max_steps=1e5",
                               "run.target_reward=null"], -100),
@@ -65,7 +65,7 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
                                        "run.target_reward=null"], 950),
     "fallback-a2c-invertedpendulum": (["agent=a2c", "env=generic", "env.id=InvertedPendulum-v5", "run.max_steps=2e5",
                                        "run.target_reward=null"], 950),
-    "fallback-td3-invertedpendulum": (["agent=td3", "env=generic", "env.id=InvertedPendulum-v5", "run.max_steps=3e4",
+    "fallback-td3-invertedpendulum": (["agent=td3", "env=generic", "env.id=InvertedPendulum-v5", "run.max_steps=1e5",
                                        "run.target_reward=null"], 950),
     "fallback-ddpg-invertedpendulum": (["agent=ddpg", "env=generic", "env.id=InvertedPendulum-v5",
                                         "run.max_steps=3e4", "run.target_reward=null"], 950),

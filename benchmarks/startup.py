@@ -3,7 +3,7 @@
 Usage: python benchmarks/startup.py [--reps 5]
 The first-step run is the default command (PPO CartPole) with a tiny budget; the env step is timed by
 wrapping `Agent.env_step` in a child process, measured from that process's start (its /proc stat entry).
-Prints the medians.
+Prints the medians and writes benchmarks/results/startup.md.
 """
 from __future__ import annotations
 
@@ -12,6 +12,7 @@ import statistics
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 CHILD = r"""
 import os, sys, time, runpy
@@ -28,7 +29,9 @@ def first_step(self, actions):
     print(f"FIRST_ENV_STEP {time.time() - started:.2f}", flush=True)
     return original(self, actions)
 base.Agent.env_step = first_step
-sys.argv = ["rlexp", "run.max_steps=8", "run.eval_episodes=0", "run.progress=none", "hydra.run.dir=/tmp/rlexp_startup"]
+import tempfile
+sys.argv = ["rlexp", "run.max_steps=8", "run.eval_episodes=1", "run.progress=none",
+            "run_dir=" + tempfile.mkdtemp(prefix="rlexp_startup_") + "/run"]
 runpy.run_module("rlexp", run_name="__main__")
 """
 
@@ -44,8 +47,16 @@ def main() -> None:
         helps.append(time.perf_counter() - start)
         out = subprocess.run([sys.executable, "-c", CHILD], check=True, capture_output=True, text=True).stdout
         firsts.append(float(out.split("FIRST_ENV_STEP ")[1].split()[0]))
-    print(f"--help: median {statistics.median(helps):.2f} s ({', '.join(f'{h:.2f}' for h in helps)})")
-    print(f"first env step: median {statistics.median(firsts):.2f} s ({', '.join(f'{f:.2f}' for f in firsts)})")
+    lines = [f"| `python -m rlexp --help` | {statistics.median(helps):.2f} | {', '.join(f'{h:.2f}' for h in helps)} |",
+             f"| process start to the first env step (PPO CartPole) | {statistics.median(firsts):.2f} | "
+             f"{', '.join(f'{f:.2f}' for f in firsts)} |"]
+    body = ("Wall seconds, medians of the repetitions.\n\n| what | median s | runs |\n|---|---:|---|\n"
+            + "\n".join(lines))
+    print(body)
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from current import write_table
+
+    print(write_table("startup", "Startup time", body))
 
 
 if __name__ == "__main__":

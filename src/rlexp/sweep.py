@@ -1,17 +1,20 @@
 """Hyperparameter sweeps: rlexp's Optuna sweeper (`--multirun`) and the trial side of pruning.
 
 The sweeper (selected by default in conf/config.yaml; the Hydra plugin in hydra_plugins/rlexp_sweeper
-only registers it) extends hydra-optuna-sweeper:
-- a persistent study (SQLite in the sweep dir by default, any SQLAlchemy URL with `storage=`) that the
-  same command continues; a changed search space is refused with one line;
+registers it with rlexp's own sampler configs) runs on Optuna directly:
+- a persistent study (SQLite in the sweep dir by default, an SQLAlchemy URL or `journal:///<file>` with
+  `storage=`) that the same command continues; a changed search space is refused with one line;
 - comma lists only (`seed=0,1,2`) run as a grid, each combination once; `choice`, `interval`, `range`
   and `tag(log, ...)` are sampled (range's stop is exclusive, as in Hydra's basic sweeper);
-- each trial runs in its own process (the launcher) and reports its mean return to the study at
-  `reports` points; the pruner (median by default) stops weak trials, which are recorded PRUNED;
+- each trial runs in its own process (the launcher), on `seeds_per_trial` seeds whose objectives are
+  aggregated (mean or IQM); it reports its periodic evaluations (or training mean return) to the pruner;
+- the objective is the final evaluation, the mean of the last evaluations, or the area under the
+  evaluation curve; with two `directions` the training time is the second objective (Pareto front);
 - a trial that raises is recorded FAIL with its one-line error and the sweep goes on, up to
   `max_failure_rate`; trials left RUNNING by a killed sweeper are marked FAIL on the next start;
-- a report in the sweep dir: optimization_results.yaml, trials.csv, the best parameters as a preset
-  (tuned/best.yaml) and Optuna's plots.
+- `confirm` re-runs the top configurations on fresh seeds and ranks them by the confirmed score;
+- a report in the sweep dir: optimization_results.yaml, trials.csv, confirmation.csv or pareto_front.csv,
+  the best parameters as a preset (tuned/best.yaml) and Optuna's plots.
 """
 from __future__ import annotations
 
