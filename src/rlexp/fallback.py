@@ -27,10 +27,13 @@ def env_kind(env_cfg: Any, seed: int) -> str:
         envs.close()
 
 
+def fallback_path(name: str):
+    return importlib.resources.files("rlexp.conf") / "fallbacks" / f"{name}.yaml"
+
+
 def fallback_name(agent: str, kind: str) -> str | None:
     name = f"{agent}_{kind}"
-    path = importlib.resources.files("rlexp.conf") / "fallbacks" / f"{name}.yaml"
-    return name if path.is_file() else None
+    return name if fallback_path(name).is_file() else None
 
 
 def preset_exists(group: str, name: str) -> bool:
@@ -73,7 +76,7 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
 
 def merge_fallback(cfg: DictConfig, name: str, overrides: list[str]) -> DictConfig:
     """cfg with conf/fallbacks/<name>.yaml merged in and the command line's values applied again over it."""
-    preset = OmegaConf.load(importlib.resources.files("rlexp.conf") / "fallbacks" / f"{name}.yaml")
+    preset = OmegaConf.load(fallback_path(name))
     preset.pop("defaults", None)
     merged = OmegaConf.merge(cfg, preset)
     for override in OverridesParser.create().parse_overrides(overrides):

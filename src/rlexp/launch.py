@@ -55,9 +55,9 @@ def run_jobs(call: Callable[..., Any], jobs: Sequence[tuple], log_dir: Path, sta
     ctx = context(start_method)
     log_dir.mkdir(parents=True, exist_ok=True)
     running = []
-    for index, job in enumerate(jobs):
+    stems = [str(log_dir / (names[i] if names else f"job_{i}")) for i in range(len(jobs))]
+    for job, stem in zip(jobs, stems):
         receiver, sender = ctx.Pipe(duplex=False)
-        stem = str(log_dir / (names[index] if names else f"job_{index}"))
         process = ctx.Process(target=_job, args=(cloudpickle.dumps((call, job)), stem, sender), daemon=False)
         process.start()
         sender.close()
@@ -81,7 +81,7 @@ def run_jobs(call: Callable[..., Any], jobs: Sequence[tuple], log_dir: Path, sta
                     process = running[i][0]
                     process.join(5)
                     results[i] = RuntimeError(f"the trial's process ended without a result (exit code "
-                                              f"{process.exitcode}); its output: {stem_of(log_dir, names, i)}.err")
+                                              f"{process.exitcode}); its output: {stems[i]}.err")
     finally:
         for process, receiver in running:
             if process.is_alive():
@@ -92,6 +92,3 @@ def run_jobs(call: Callable[..., Any], jobs: Sequence[tuple], log_dir: Path, sta
             receiver.close()
     return results
 
-
-def stem_of(log_dir: Path, names: Sequence[str] | None, index: int) -> str:
-    return str(log_dir / (names[index] if names else f"job_{index}"))

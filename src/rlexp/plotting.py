@@ -14,6 +14,7 @@ from omegaconf import OmegaConf
 
 from rlexp.errors import UserError
 from rlexp.files import write_atomic
+from rlexp.rundirs import flat
 
 GRID_POINTS = 200
 # keys that don't change what is learned: runs differing only in these are seeds of one configuration
@@ -44,23 +45,12 @@ class Group:
 
     @property
     def env_id(self) -> str:
-        return str(_flat(self.runs[0].config).get("env.id", "?"))
-
-
-def _flat(config: Mapping[str, Any], prefix: str = "") -> dict[str, Any]:
-    out: dict[str, Any] = {}
-    for key, value in config.items():
-        name = f"{prefix}{key}"
-        if isinstance(value, Mapping):
-            out.update(_flat(value, name + "."))
-        else:
-            out[name] = value
-    return out
+        return str(flat(self.runs[0].config).get("env.id", "?"))
 
 
 def configuration(config: Mapping[str, Any]) -> dict[str, Any]:
     """What identifies a configuration: the flattened config without the seed and run bookkeeping."""
-    return {k: v for k, v in _flat(config).items()
+    return {k: v for k, v in flat(config).items()
             if not any(k == i or k.startswith(i + ".") for i in IGNORED)}
 
 
@@ -81,7 +71,7 @@ def group_runs(runs: list[Run]) -> list[Group]:
         keys.setdefault(repr(sorted(configs[id(run)].items(), key=lambda kv: kv[0])), []).append(run)
     members = list(keys.values())
     if len(members) == 1:
-        return [Group(str(_flat(members[0][0].config).get("run_name") or members[0][0].path.name), members[0])]
+        return [Group(str(flat(members[0][0].config).get("run_name") or members[0][0].path.name), members[0])]
     first = [configs[id(m[0])] for m in members]
     differing = sorted(k for k in set().union(*first) if len({repr(c.get(k)) for c in first}) > 1)
     groups = []
@@ -209,7 +199,7 @@ def plot_runs(patterns: list[str], base: Path, output: Path, gamma: float | None
         raise UserError(f"+runs={patterns}: the matching runs have no finished episode yet")
     groups = group_runs(runs)
     if gamma is None:  # the runs' common target reward, if they share one
-        targets = {_flat(run.config).get("run.target_reward") for run in runs}
+        targets = {flat(run.config).get("run.target_reward") for run in runs}
         gamma = float(targets.pop()) if len(targets) == 1 and None not in targets else None
     draw(groups, step_grid(groups), output)
     table, pairs = statistics(groups, gamma)

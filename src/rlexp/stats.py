@@ -80,7 +80,6 @@ def probability_of_improvement(x: np.ndarray, y: np.ndarray, seed: int = 0) -> t
 def pointwise_interval(matrix: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """The mean over runs (rows) of each column and its 95% bootstrap interval, each column resampled apart
     (a learning curve's band)."""
-    _, metrics = _rliable()
     matrix = np.asarray(matrix, dtype=float)
     points, intervals = _estimate({"curve": matrix}, lambda x: np.mean(x, axis=0), seed)
     return points["curve"], intervals["curve"][0], intervals["curve"][1]
