@@ -136,3 +136,89 @@ def test_graph_step_matches_the_numpy_step(env_id):
     assert restarts >= 2
     if env_id == "Pendulum-v1":  # never terminates: truncated at steps 30 and 60
         assert in_graph.elapsed.tolist() == [10, 10]
+
+
+# ----- EnvPool Atari -----------------------------------------------------------------------------------
+def raw_envpool(n: int, seed: int, **options):
+    import envpool
+
+    return envpool.make_gymnasium("Pong-v5", num_envs=n, seed=seed, use_fire_reset=False, episodic_life=False,
+                                  reward_clip=False, repeat_action_probability=0.0, **options)
+
+
+def test_envpool_restarts_in_the_same_step_as_envpool_restarts_on_the_next():
+    """EnvPool resets a finished env on the next step (that step's action is ignored); the adapter resets it
+    in the finishing step. Same seed, same actions: the adapter's stream is EnvPool's without those steps."""
+    from rlexp.envpool_envs import EnvPoolAtari
+
+    n, agent_steps = 2, 10
+    adapter = make_envs("PongNoFrameskip-v4", n_envs=n, seed=3, preprocess=True, max_episode_steps=4 * agent_steps)
+    assert isinstance(adapter, EnvPoolAtari)
+    raw = raw_envpool(n, 3, max_episode_steps=agent_steps, num_threads=1)
+    raw_obs, _ = raw.reset()
+    obs, _ = adapter.reset(seed=3)
+    np.testing.assert_array_equal(obs, raw_obs)
+    rng = np.random.default_rng(0)
+    ends = 0
+    for t in range(25):
+        actions = rng.integers(0, 6, n)
+        obs, rewards, terminated, truncated, info = adapter.step(actions)
+        raw_obs, raw_rewards, raw_terminated, raw_truncated, _ = raw.step(actions)
+        np.testing.assert_array_equal(rewards, raw_rewards)
+        np.testing.assert_array_equal(truncated, raw_truncated)
+        if truncated.any():  # every 10 steps, both envs at once (no Pong game ends that fast)
+            ends += 1
+            assert truncated.all() and info["_final_obs"].all()
+            np.testing.assert_array_equal(info["final_obs"], raw_obs)
+            raw_obs, raw_rewards, *_ = raw.step(rng.integers(0, 6, n))  # EnvPool's restart step
+            np.testing.assert_array_equal(raw_rewards, 0)
+        else:
+            assert info == {}
+        np.testing.assert_array_equal(obs, raw_obs)
+    assert ends == 2 and obs.shape == (n, 4, 84, 84) and obs.dtype == np.uint8
+
+
+def test_envpool_restarts_only_the_finished_envs():
+    from rlexp.envpool_envs import EnvPoolAtari
+
+    envs = EnvPoolAtari("PongNoFrameskip-v4", 3, max_episode_steps=4 * 5)
+    envs.reset(seed=0)
+    envs.pool.reset(np.array([1]))  # env 1 restarts now, 0 and 2 are at step 0 anyway: step them 2 first
+    for _ in range(2):
+        envs.pool.step(np.zeros(1, np.int64), np.array([0]))
+        envs.pool.step(np.zeros(1, np.int64), np.array([2]))
+    ended = []
+    for _ in range(5):
+        *_, truncated, info = envs.step(np.zeros(3, np.int64))
+        ended.append(truncated.copy())
+    # envs 0 and 2 were 2 steps ahead: they hit the 5-step limit at the 3rd step, env 1 at the 5th
+    np.testing.assert_array_equal(np.array(ended), [[0, 0, 0], [0, 0, 0], [1, 0, 1], [0, 0, 0], [0, 1, 0]])
+
+
+def test_envpool_seeds_and_options():
+    a = make_envs("PongNoFrameskip-v4", n_envs=2, seed=7, preprocess=True, noop_max=30)
+    b = make_envs("PongNoFrameskip-v4", n_envs=2, seed=7, preprocess=True, noop_max=30)
+    c = make_envs("PongNoFrameskip-v4", n_envs=2, seed=8, preprocess=True, noop_max=30)
+    runs = []
+    for envs in (a, b, c):
+        actions = np.random.default_rng(1)
+        runs.append(np.stack([envs.step(actions.integers(0, 6, 2))[0] for _ in range(40)]))
+    np.testing.assert_array_equal(runs[0], runs[1])
+    assert not np.array_equal(runs[0], runs[2])
+    assert a.options["repeat_action_probability"] == 0.0 and a.options["max_episode_steps"] == 108_000 // 4
+    sticky = make_envs("ALE/Breakout-v5", n_envs=1, seed=0, preprocess=True, frame_stack=2, screen_size=64)
+    assert sticky.options["repeat_action_probability"] == 0.25 and sticky.single_observation_space.shape == (2, 64, 64)
+
+
+def test_envpool_is_chosen_only_where_it_applies():
+    from rlexp.envpool_envs import EnvPoolAtari
+
+    assert isinstance(make_envs("PongNoFrameskip-v4", n_envs=2, seed=0, preprocess=True), EnvPoolAtari)
+    for kwargs in (dict(render_mode="rgb_array"), dict(vectorization="sync"),
+                   dict(wrappers=[{"_target_": "gymnasium.wrappers.ClipReward", "min_reward": -1, "max_reward": 1}])):
+        assert isinstance(make_envs("PongNoFrameskip-v4", n_envs=2, seed=0, preprocess=True, **kwargs),
+                          gym.vector.SyncVectorEnv)
+    with pytest.raises(UserError, match="env.vectorization=envpool runs Atari ids with env.preprocess=true"):
+        make_envs("CartPole-v1", vectorization="envpool")
+    with pytest.raises(UserError, match="EnvPool has no 'ALE/NotAGame-v5'"):
+        EnvPoolAtari("ALE/NotAGame-v5", 1)

@@ -9,6 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
+from rlexp.envpool_envs import EnvPoolAtari, envpool_installed, envpool_task
 from rlexp.errors import UserError
 from rlexp.graph_envs import GRAPH_ENVS
 
@@ -105,9 +106,11 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     Episodes restart automatically in the same step (`info["final_obs"]` holds the last observation).
     `vectorization`: sync (env copies stepped in this process), async (one worker process per env),
     vector (one NumPy-batched env, where gymnasium has one: CartPole), graph (one batched env that also
-    steps inside TF graphs, where rlexp has one: Pendulum, CartPole; `rlexp.graph_envs`) or auto (graph,
-    else vector, where they exist and pay: CartPole from `VECTOR_MIN_ENVS` envs, Pendulum always; else
-    sync). With `render_mode` vector and graph fall back to sync.
+    steps inside TF graphs, where rlexp has one: Pendulum, CartPole; `rlexp.graph_envs`), envpool (Atari
+    with preprocessing, emulated and preprocessed by EnvPool on its own threads; `rlexp.envpool_envs`) or
+    auto (graph, else vector, where they exist and pay: CartPole from `VECTOR_MIN_ENVS` envs, Pendulum
+    always; envpool for preprocessed Atari where EnvPool is installed; else sync). With `render_mode`
+    vector, graph and envpool fall back to sync.
     `preprocess` applies Atari preprocessing (noop reset, max-and-skip, grayscale, resize, frame stack).
     `imports`: modules to import first (their gymnasium registrations run); `env_id` may also be
     "module:EnvId-v0". `wrappers`: [{_target_: wrapper class, **kwargs}] applied to each env copy (see
@@ -120,15 +123,32 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     extra_wrappers = env_wrappers(wrappers, imports)
     if n_envs < 1:
         raise UserError(f"env.n_envs={n_envs} must be at least 1")
-    if vectorization not in ("auto", "sync", "async", "vector", "graph"):
-        raise UserError(f"env.vectorization={vectorization!r} must be 'auto', 'sync', 'async', 'vector' or 'graph'")
+    if vectorization not in ("auto", "sync", "async", "vector", "graph", "envpool"):
+        raise UserError(f"env.vectorization={vectorization!r} must be 'auto', 'sync', 'async', 'vector', 'graph' "
+                        "or 'envpool'")
     if vectorization == "auto":
         plain = not (preprocess or kwargs or extra_wrappers)
         pays = n_envs >= VECTOR_MIN_ENVS and plain
         if env_id in GRAPH_ENVS and (pays or env_id not in NUMPY_VECTOR_ENVS and plain):
             vectorization = "graph"
+        elif preprocess and not (kwargs or extra_wrappers or render_mode) and envpool_installed() \
+                and envpool_task(env_id):
+            vectorization = "envpool"
         else:
             vectorization = "vector" if env_id in NUMPY_VECTOR_ENVS and pays else "sync"
+    if vectorization == "envpool" and render_mode:  # EnvPool doesn't render: play and videos use env copies
+        vectorization = "sync"
+    if vectorization == "envpool":
+        if not preprocess or kwargs or extra_wrappers:
+            raise UserError("env.vectorization=envpool runs Atari ids with env.preprocess=true and no env.kwargs "
+                            "or env.wrappers; use env.vectorization=sync")
+        if not envpool_installed():
+            raise UserError('env.vectorization=envpool needs EnvPool: pip install "rlexp[envpool]" '
+                            "(or use env.vectorization=sync)")
+        envs = EnvPoolAtari(env_id, n_envs, frame_stack=frame_stack, screen_size=screen_size, noop_max=noop_max,
+                            max_frame=max_frame, max_episode_steps=max_episode_steps)
+        envs.reset(seed=seed)
+        return envs
     if vectorization in ("vector", "graph"):
         batched_envs, kind = {"vector": (NUMPY_VECTOR_ENVS, "NumPy-batched"),
                               "graph": (GRAPH_ENVS, "graph")}[vectorization]
