@@ -79,3 +79,22 @@ def test_mixed_precision_run_and_a_refusal(tmp_path):
     assert refused.returncode == 2 and "mixed_precision is supported by PPO, A2C and VPG" in refused.stdout + refused.stderr
     bad = rlexp(tmp_path, "env=cartpole", "env.wrappers=[{_target_: os.system}]", "run.max_steps=100")
     assert bad.returncode == 2 and "must be a gymnasium.wrappers or rlexp.wrappers class" in bad.stdout + bad.stderr
+
+
+def test_auto_precision_is_bfloat16_only_for_image_models_on_a_bfloat16_cpu(tmp_path, monkeypatch):
+    from rlexp import build
+    from rlexp.agents import DQN, PPO
+
+    flags = tmp_path / "cpuinfo"
+    flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 avx_vnni\n")
+    assert build.cpu_has_bfloat16(str(flags))
+    flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_vnni\n")
+    assert not build.cpu_has_bfloat16(str(flags))
+    assert not build.cpu_has_bfloat16(str(tmp_path / "missing"))
+    for bf16_cpu in (True, False):
+        monkeypatch.setattr(build, "cpu_has_bfloat16", lambda: bf16_cpu)
+        assert build.resolve_precision("auto", PPO, image_obs=True) == ("bfloat16" if bf16_cpu else False)
+        assert build.resolve_precision("auto", PPO, image_obs=False) is False
+        assert build.resolve_precision("auto", DQN, image_obs=True) is False  # no mixed precision in DQN
+        assert build.resolve_precision(False, PPO, image_obs=True) is False
+        assert build.resolve_precision("float16", PPO, image_obs=False) == "float16"

@@ -10,7 +10,7 @@ from omegaconf import DictConfig
 from rlexp.errors import UserError
 
 PROGRESS = ("auto", "bar", "log", "none")
-PRECISIONS = (False, True, "float16", "bfloat16")
+PRECISIONS = ("auto", False, True, "float16", "bfloat16")
 
 
 def _number(key: str, value: Any, minimum: float | None = None, above: float | None = None,
@@ -54,7 +54,7 @@ def check_settings(cfg: DictConfig) -> None:
     if run.progress not in PROGRESS:
         raise UserError(f"run.progress={run.progress!r} must be one of {', '.join(PROGRESS)}")
     if run.get("mixed_precision", False) not in PRECISIONS:
-        raise UserError(f"run.mixed_precision={run.mixed_precision!r} must be false, true, float16 or bfloat16")
+        raise UserError(f"run.mixed_precision={run.mixed_precision!r} must be auto, false, true, float16 or bfloat16")
     play = cfg.play
     _number("play.episodes", play.episodes, minimum=1, integer=True)
     _number("play.frame_frequency", play.frame_frequency, minimum=1, integer=True)
