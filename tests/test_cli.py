@@ -281,3 +281,25 @@ def test_corrupt_checkpoint_and_unwritable_video_dir_are_one_line(trained, tmp_p
     blocker.write_text("x")
     video = rlexp(cwd, "mode=play", f"+video_dir={blocker}/videos")
     assert video.returncode == 2 and "pick a writable directory" in video.stdout + video.stderr
+
+
+def test_atari_run_records_its_precision_and_resumes_on_envpool(tmp_path):
+    """An Atari PPO run steps EnvPool (auto), stores what run.mixed_precision=auto chose, and resumes: the
+    resumed envs are seeded from the run's seed and step (a uint32, beyond EnvPool's int32 seeds)."""
+    from omegaconf import OmegaConf
+
+    from rlexp.build import cpu_has_bfloat16
+
+    args = ["agent=ppo", "env=pong", "env.n_envs=2", "agent.n_steps=32", "run.checkpoint_interval=0",
+            "run.eval_episodes=0", "run.progress=log"]
+    first = rlexp(tmp_path, *args, "run.max_steps=128")
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run,) = run_dirs(tmp_path)
+    bf16 = cpu_has_bfloat16()
+    assert OmegaConf.load(run / ".hydra" / "config.yaml").run.mixed_precision == ("bfloat16" if bf16 else False)
+    assert ("bfloat16 compute" in first.stdout + first.stderr) == bf16
+    resumed = rlexp(tmp_path, f"+resume={run}", "run.max_steps=256")
+    assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr[-2000:]
+    from rlexp.agents.base import Agent
+
+    assert Agent.read_state(run / "checkpoints" / "last.ckpt")["steps"] == 256

@@ -82,9 +82,12 @@ def test_mixed_precision_run_and_a_refusal(tmp_path):
 
 
 def test_auto_precision_is_bfloat16_only_for_image_models_on_a_bfloat16_cpu(tmp_path, monkeypatch):
+    import tensorflow as tf
+
     from rlexp import build
     from rlexp.agents import DQN, PPO
 
+    monkeypatch.setattr(tf.config, "list_physical_devices", lambda kind=None: [])  # as on a CPU-only machine
     flags = tmp_path / "cpuinfo"
     flags.write_text("processor\t: 0\nflags\t\t: fpu sse avx512f avx512_bf16 avx_vnni\n")
     assert build.cpu_has_bfloat16(str(flags))
@@ -95,6 +98,7 @@ def test_auto_precision_is_bfloat16_only_for_image_models_on_a_bfloat16_cpu(tmp_
         monkeypatch.setattr(build, "cpu_has_bfloat16", lambda: bf16_cpu)
         assert build.resolve_precision("auto", PPO, image_obs=True) == ("bfloat16" if bf16_cpu else False)
         assert build.resolve_precision("auto", PPO, image_obs=False) is False
+        assert build.resolve_precision("auto", PPO, image_obs=True, recurrent=True) is False
         assert build.resolve_precision("auto", DQN, image_obs=True) is False  # no mixed precision in DQN
         assert build.resolve_precision(False, PPO, image_obs=True) is False
         assert build.resolve_precision("float16", PPO, image_obs=False) == "float16"

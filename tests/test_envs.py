@@ -178,21 +178,55 @@ def test_envpool_restarts_in_the_same_step_as_envpool_restarts_on_the_next():
     assert ends == 2 and obs.shape == (n, 4, 84, 84) and obs.dtype == np.uint8
 
 
-def test_envpool_restarts_only_the_finished_envs():
+def test_envpool_restarts_only_the_finished_envs_each_like_its_own_envpool_env():
+    """Episodes end at different steps; env i of a pool seeded s is EnvPool's single env seeded s + i, so each
+    row must follow its own reference env, with that env's restart step removed."""
     from rlexp.envpool_envs import EnvPoolAtari
 
-    envs = EnvPoolAtari("PongNoFrameskip-v4", 3, max_episode_steps=4 * 5)
-    envs.reset(seed=0)
-    envs.pool.reset(np.array([1]))  # env 1 restarts now, 0 and 2 are at step 0 anyway: step them 2 first
-    for _ in range(2):
-        envs.pool.step(np.zeros(1, np.int64), np.array([0]))
-        envs.pool.step(np.zeros(1, np.int64), np.array([2]))
+    n, seed, limit = 3, 5, 5
+    envs = EnvPoolAtari("PongNoFrameskip-v4", n, seed, max_episode_steps=4 * limit)
+    obs, _ = envs.reset(seed=seed)
+    refs = [raw_envpool(1, seed + i, max_episode_steps=limit, num_threads=1) for i in range(n)]
+    for i, ref in enumerate(refs):
+        np.testing.assert_array_equal(obs[i], ref.reset()[0][0])
+    for i in (0, 2):  # two steps ahead of env 1: they reach the limit two steps earlier
+        for a in (1, 2):
+            envs.pool.step(np.array([a]), np.array([i]))
+            refs[i].step(np.array([a]))
+    rng = np.random.default_rng(1)
     ended = []
-    for _ in range(5):
-        *_, truncated, info = envs.step(np.zeros(3, np.int64))
+    for _ in range(12):
+        actions = rng.integers(0, 6, n)
+        obs, rewards, terminated, truncated, info = envs.step(actions)
         ended.append(truncated.copy())
-    # envs 0 and 2 were 2 steps ahead: they hit the 5-step limit at the 3rd step, env 1 at the 5th
-    np.testing.assert_array_equal(np.array(ended), [[0, 0, 0], [0, 0, 0], [1, 0, 1], [0, 0, 0], [0, 1, 0]])
+        for i, ref in enumerate(refs):
+            ref_obs, ref_reward, _, ref_truncated, _ = ref.step(actions[i:i + 1])
+            assert (rewards[i], truncated[i]) == (ref_reward[0], ref_truncated[0])
+            if ref_truncated[0]:
+                np.testing.assert_array_equal(info["final_obs"][i], ref_obs[0])
+                ref_obs = ref.step(np.array([0]))[0]  # EnvPool's restart step
+            else:
+                assert not info.get("_final_obs", np.zeros(n, bool))[i]
+            np.testing.assert_array_equal(obs[i], ref_obs[0])
+    np.testing.assert_array_equal(np.array(ended)[:6], [[0, 0, 0], [0, 0, 0], [1, 0, 1], [0, 0, 0], [0, 1, 0],
+                                                         [0, 0, 0]])
+
+
+def test_envpool_frames_equal_gymnasiums_preprocessing():
+    """The same game through gymnasium's AtariPreprocessing + FrameStackObservation and through EnvPool's C++
+    preprocessing: identical frames and rewards (one no-op at reset on both, so no random no-op count)."""
+    streams = []
+    for vectorization in ("sync", "envpool"):
+        envs = make_envs("PongNoFrameskip-v4", n_envs=1, seed=0, preprocess=True, noop_max=1,
+                         vectorization=vectorization)
+        actions = np.random.default_rng(0)
+        obs, _ = envs.reset(seed=0)
+        stream = [(obs, 0.0)] + [envs.step(actions.integers(0, 6, 1))[:2] for _ in range(120)]
+        streams.append(stream)
+        envs.close()
+    for (a, ra), (b, rb) in zip(*streams):
+        np.testing.assert_array_equal(a, b)
+        np.testing.assert_array_equal(ra, rb)
 
 
 def test_envpool_seeds_and_options():
@@ -206,6 +240,13 @@ def test_envpool_seeds_and_options():
     np.testing.assert_array_equal(runs[0], runs[1])
     assert not np.array_equal(runs[0], runs[2])
     assert a.options["repeat_action_probability"] == 0.0 and a.options["max_episode_steps"] == 108_000 // 4
+    fresh = make_envs("PongNoFrameskip-v4", n_envs=2, seed=7, preprocess=True, noop_max=30)
+    np.testing.assert_array_equal(a.reset(seed=7)[0], fresh.reset(seed=7)[0])  # a stepped pool, built again
+    assert a.reset(seed=2**32 - 5)[0].shape == (2, 4, 84, 84)  # a resume's uint32 seed: into EnvPool's int32 range
+    single = make_envs("PongNoFrameskip-v4", n_envs=2, seed=0, preprocess=True, frame_stack=1)
+    assert single.single_observation_space.shape == (84, 84) and single.step(np.zeros(2, np.int64))[0].shape == (2, 84, 84)
+    longer = make_envs("PongNoFrameskip-v4", n_envs=1, seed=0, preprocess=True, max_episode_steps=10**6)
+    assert longer.options["max_episode_steps"] == 108_000 // 4  # ALE's own limit still applies
     sticky = make_envs("ALE/Breakout-v5", n_envs=1, seed=0, preprocess=True, frame_stack=2, screen_size=64)
     assert sticky.options["repeat_action_probability"] == 0.25 and sticky.single_observation_space.shape == (2, 64, 64)
 
@@ -214,11 +255,13 @@ def test_envpool_is_chosen_only_where_it_applies():
     from rlexp.envpool_envs import EnvPoolAtari
 
     assert isinstance(make_envs("PongNoFrameskip-v4", n_envs=2, seed=0, preprocess=True), EnvPoolAtari)
-    for kwargs in (dict(render_mode="rgb_array"), dict(vectorization="sync"),
+    for kwargs in (dict(render_mode="rgb_array"), dict(vectorization="sync"), dict(noop_max=0),
                    dict(wrappers=[{"_target_": "gymnasium.wrappers.ClipReward", "min_reward": -1, "max_reward": 1}])):
         assert isinstance(make_envs("PongNoFrameskip-v4", n_envs=2, seed=0, preprocess=True, **kwargs),
                           gym.vector.SyncVectorEnv)
     with pytest.raises(UserError, match="env.vectorization=envpool runs Atari ids with env.preprocess=true"):
         make_envs("CartPole-v1", vectorization="envpool")
+    with pytest.raises(UserError, match="env.noop_max=0 needs env.vectorization=sync"):
+        make_envs("PongNoFrameskip-v4", preprocess=True, noop_max=0, vectorization="envpool")
     with pytest.raises(UserError, match="EnvPool has no 'ALE/NotAGame-v5'"):
         EnvPoolAtari("ALE/NotAGame-v5", 1)

@@ -7,7 +7,7 @@ import logging
 import os
 from typing import Any
 
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.errors import UserError
 
@@ -140,6 +140,7 @@ def check_types(section: str, node: Any, cls: type) -> None:
 def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None):
     """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class)."""
     from rlexp.envs import env_from_config
+    from rlexp.models import is_recurrent
 
     cls = agent_class(cfg.agent._target_)
     check_types("agent", {k: v for k, v in cfg.agent.items() if k != "_target_"}, cls)
@@ -166,9 +167,11 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     model = OmegaConf.to_container(cfg.model, resolve=True)
     # an agent built to play or evaluate (n_envs given) never trains: its rollout's minibatch split doesn't apply
     playing = {"mini_batches": 1} if n_envs is not None and "mini_batches" in cfg.agent else {}
+    precision = resolve_precision(cfg.run.get("mixed_precision", False), cls, image_obs, is_recurrent(model))
+    with open_dict(cfg):  # the run config records what `auto` chose (a resume elsewhere keeps it)
+        cfg.run.mixed_precision = precision
     agent = instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed, **playing,
-                        clip_rewards=bool(cfg.env.clip_rewards), _convert_="all",
-                        mixed_precision=resolve_precision(cfg.run.get("mixed_precision", False), cls, image_obs))
+                        clip_rewards=bool(cfg.env.clip_rewards), mixed_precision=precision, _convert_="all")
     return agent
 
 
@@ -185,19 +188,17 @@ def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return bool(BF16_CPU_FLAGS & set(flags))
 
 
-def resolve_precision(setting: bool | str, cls: type, image_obs: bool) -> bool | str:
-    """run.mixed_precision, with `auto` decided: bfloat16 for image models of agents that support mixed
-    precision, on a CPU with bfloat16 instructions and no GPU (PPO Pong trained 1.25x faster, while MLPs and
-    LSTMs ran slower: benchmarks/results/mixed_precision.md); float32 everywhere else."""
+def resolve_precision(setting: bool | str, cls: type, image_obs: bool, recurrent: bool = False) -> bool | str:
+    """run.mixed_precision, with `auto` decided: bfloat16 for feed-forward image models of agents that support
+    mixed precision, on a CPU with bfloat16 instructions and no GPU (PPO Pong trained 1.25x faster, while
+    MLPs and LSTMs ran slower: benchmarks/results/mixed_precision.md); float32 everywhere else."""
     if setting != "auto":
         return setting
     import tensorflow as tf
 
-    if not (cls.mixed_precision_support and image_obs) or tf.config.list_physical_devices("GPU") \
+    if not (cls.mixed_precision_support and image_obs) or recurrent or tf.config.list_physical_devices("GPU") \
             or not cpu_has_bfloat16():
         return False
-    log.info("mixed precision: bfloat16 (run.mixed_precision=auto: an image model on a CPU with bfloat16 "
-             "instructions; run.mixed_precision=false for float32)")
     return "bfloat16"
 
 

@@ -9,7 +9,8 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
-from rlexp.envpool_envs import EnvPoolAtari, envpool_installed, envpool_task
+from rlexp.envpool_envs import EnvPoolAtari, envpool_installed
+from rlexp.envpool_envs import available as envpool_available
 from rlexp.errors import UserError
 from rlexp.graph_envs import GRAPH_ENVS
 
@@ -131,8 +132,7 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
         pays = n_envs >= VECTOR_MIN_ENVS and plain
         if env_id in GRAPH_ENVS and (pays or env_id not in NUMPY_VECTOR_ENVS and plain):
             vectorization = "graph"
-        elif preprocess and not (kwargs or extra_wrappers or render_mode) and envpool_installed() \
-                and envpool_task(env_id):
+        elif preprocess and not (kwargs or extra_wrappers or render_mode) and envpool_available(env_id, noop_max):
             vectorization = "envpool"
         else:
             vectorization = "vector" if env_id in NUMPY_VECTOR_ENVS and pays else "sync"
@@ -145,9 +145,9 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
         if not envpool_installed():
             raise UserError('env.vectorization=envpool needs EnvPool: pip install "rlexp[envpool]" '
                             "(or use env.vectorization=sync)")
-        envs = EnvPoolAtari(env_id, n_envs, frame_stack=frame_stack, screen_size=screen_size, noop_max=noop_max,
-                            max_frame=max_frame, max_episode_steps=max_episode_steps)
-        envs.reset(seed=seed)
+        envs = EnvPoolAtari(env_id, n_envs, seed, frame_stack=frame_stack, screen_size=screen_size,
+                            noop_max=noop_max, max_frame=max_frame, max_episode_steps=max_episode_steps)
+        envs.reset(seed=seed)  # what the agent's own reset with this seed will return again
         return envs
     if vectorization in ("vector", "graph"):
         batched_envs, kind = {"vector": (NUMPY_VECTOR_ENVS, "NumPy-batched"),

@@ -103,7 +103,8 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None)
             evaluator.restore(agent.steps)
         log.info(f"resumed {run_dir} at step {state['steps']:,} ({state['episodes']:,} episodes)")
     if not cfg.agent.get("quiet"):
-        log.info(f"training {type(agent).__name__} on {cfg.env.id} ({cfg.env.n_envs} envs) -> {run_dir}")
+        precision = "" if agent.precision == "float32" else f", {agent.precision.split('_')[-1]} compute"
+        log.info(f"training {type(agent).__name__} on {cfg.env.id} ({cfg.env.n_envs} envs{precision}) -> {run_dir}")
     tracker = make_tracker(cfg, run_dir)
     failed = True
     try:
