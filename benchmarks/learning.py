@@ -72,6 +72,8 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "fallback-sac-invertedpendulum": (["agent=sac", "env=generic", "env.id=InvertedPendulum-v5", "run.max_steps=3e4",
                                        "run.target_reward=null"], 950),
     "ppo-pong": (["agent=ppo", "env=pong", "run.max_steps=2.5e6", "run.target_reward=null"], 18),  # 10M frames
+    "ppo-pong-bf16": (["agent=ppo", "env=pong", "run.max_steps=2.5e6", "run.target_reward=null",
+                       "run.mixed_precision=auto"], 18),  # bfloat16 on a CPU with bfloat16 instructions
 }
 SUMMARY = re.compile(r"done \((\w+)\): ([\d,]+) steps in ([\d.]+) s \(([\d,]+) steps/s\) \| eval (-?[\d.]+) ± ([\d.]+)"
                      r".*run dir: (\S+)")

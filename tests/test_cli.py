@@ -291,7 +291,7 @@ def test_atari_run_records_its_precision_and_resumes_on_envpool(tmp_path):
     from rlexp.build import cpu_has_bfloat16
 
     args = ["agent=ppo", "env=pong", "env.n_envs=2", "agent.n_steps=32", "run.checkpoint_interval=0",
-            "run.eval_episodes=0", "run.progress=log"]
+            "run.eval_episodes=0", "run.progress=log", "run.mixed_precision=auto"]
     first = rlexp(tmp_path, *args, "run.max_steps=128")
     assert first.returncode == 0, first.stderr[-2000:]
     (run,) = run_dirs(tmp_path)
