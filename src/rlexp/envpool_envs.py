@@ -59,6 +59,9 @@ class EnvPoolAtari(gym.vector.VectorEnv):
     def __init__(self, env_id: str, n_envs: int, seed: int | None = None, *, frame_stack: int = 4,
                  screen_size: int = 84, noop_max: int = 30, max_frame: bool = True,
                  max_episode_steps: int | None = None, threads: int | None = None) -> None:
+        if not envpool_installed():
+            raise UserError('env.vectorization=envpool needs EnvPool: pip install "rlexp[envpool]" '
+                            "(or use env.vectorization=sync)")
         found = envpool_task(env_id)
         if found is None:
             raise UserError(f"env.vectorization=envpool: EnvPool has no {env_id!r}; use env.vectorization=sync "

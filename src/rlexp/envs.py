@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
-from rlexp.envpool_envs import EnvPoolAtari, envpool_installed
+from rlexp.envpool_envs import EnvPoolAtari
 from rlexp.envpool_envs import available as envpool_available
 from rlexp.errors import UserError
 from rlexp.graph_envs import GRAPH_ENVS
@@ -142,9 +142,6 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
         if not preprocess or kwargs or extra_wrappers:
             raise UserError("env.vectorization=envpool runs Atari ids with env.preprocess=true and no env.kwargs "
                             "or env.wrappers; use env.vectorization=sync")
-        if not envpool_installed():
-            raise UserError('env.vectorization=envpool needs EnvPool: pip install "rlexp[envpool]" '
-                            "(or use env.vectorization=sync)")
         envs = EnvPoolAtari(env_id, n_envs, seed, frame_stack=frame_stack, screen_size=screen_size,
                             noop_max=noop_max, max_frame=max_frame, max_episode_steps=max_episode_steps)
         envs.reset(seed=seed)  # what the agent's own reset with this seed will return again
