@@ -86,7 +86,8 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
                                "run.target_reward=null"], -200),
     "fallback-ppo-lunarlander": (["agent=ppo", "env=generic", "env.id=LunarLander-v3", "run.max_steps=1e6",
                                   "run.target_reward=null"], 200),
-    "ppo-pong": (["agent=ppo", "env=pong", "run.max_steps=2.5e6", "run.target_reward=null"], 18),  # 10M frames
+    "ppo-pong-fp32": (["agent=ppo", "env=pong", "run.max_steps=2.5e6", "run.target_reward=null",
+                       "run.mixed_precision=false"], 18),  # 10M frames
     "ppo-pong-bf16": (["agent=ppo", "env=pong", "run.max_steps=2.5e6", "run.target_reward=null",
                        "run.mixed_precision=auto"], 18),  # bfloat16 on a CPU with bfloat16 instructions
 }

@@ -190,8 +190,8 @@ def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
 
 def resolve_precision(setting: bool | str, cls: type, image_obs: bool, recurrent: bool = False) -> bool | str:
     """run.mixed_precision, with `auto` decided: bfloat16 for feed-forward image models of agents that support
-    mixed precision, on a CPU with bfloat16 instructions and no GPU (PPO Pong trained 1.29x faster, while
-    MLPs and LSTMs ran slower: benchmarks/results/mixed_precision.md); float32 everywhere else."""
+    mixed precision, on a CPU with bfloat16 instructions and no GPU (where it paid in
+    benchmarks/results/mixed_precision.md: MLPs and LSTMs ran slower); float32 everywhere else."""
     if setting != "auto":
         return setting
     import tensorflow as tf
