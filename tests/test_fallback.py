@@ -17,6 +17,7 @@ def test_fallback_names_follow_the_env_kind():
     assert fallback_name("ppo", "discrete_vector") == "ppo_discrete_vector"
     assert fallback_name("ppo", "discrete_image") == "ppo_discrete_image"
     assert fallback_name("td3", "continuous_vector") == "td3_continuous_vector"
+    assert fallback_name("trpo", "continuous_vector") == "trpo_continuous_vector"
     assert fallback_name("td3", "discrete_vector") is None  # no such pairing: the agent's own values
     assert fallback_name("acer", "discrete_vector") is None
     assert len(FALLBACKS) >= 10
