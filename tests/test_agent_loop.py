@@ -69,3 +69,17 @@ def test_no_retracing_after_the_first_iteration():
         assert functions and all(n <= 1 for n in counts.values()), (type(agent).__name__, counts)
         graphs = 1 if isinstance(agent, TD3) else 2  # TD3's loop collects and updates in one graph
         assert sum(counts.values()) >= graphs, (type(agent).__name__, counts)  # collection and update ran in graphs
+
+
+def test_schedule_steps_sets_the_linear_schedules_horizon():
+    """Rollouts of 2 envs x 8 steps = 16; a fit of 64 steps runs cycles starting at 0, 16, 32, 48. The last
+    cycle's learning rate and clip range are the schedules' values at 48 steps: 1 - 48/64 = 0.25 of the
+    start over the run, 1 - 48/256 = 0.8125 with schedule_steps=256."""
+    for schedule_steps, fraction in ((None, 0.25), (256, 0.8125)):
+        agent = make_agent(lr=1e-3, lr_schedule="linear", clip_norm=0.2, clip_schedule="linear",
+                           schedule_steps=schedule_steps)
+        agent.fit(max_steps=64, progress="none")
+        assert agent.steps == 64
+        assert abs(float(agent.optimizer.learning_rate) - 1e-3 * fraction) < 1e-9
+        assert abs(float(agent.clip_range) - 0.2 * fraction) < 1e-7
+        assert agent.current_lr() == 1e-3 * (1 - 64 / (schedule_steps or 64))

@@ -108,6 +108,8 @@ class Agent:
         gamma: discount factor.
         lr, beta1, beta2, opt_epsilon: Adam's learning rate and parameters.
         lr_schedule: 'constant' or 'linear' (decays to 0 at the fit's max_steps).
+        schedule_steps: env steps over which linear schedules decay to 0 (None: the fit's max_steps). Set it
+            to stop a run partway through a longer schedule, e.g. the first 10M frames of RL Zoo's 40M.
         optimizer: 'adam' or 'rmsprop' (RMSprop with rho 0.99 and `opt_epsilon`, as in A2C papers and SB3).
         reward_buffer_size: episodes in the running mean reward.
         divergence_monitoring_steps: steps after which plateau LR reduction and early stopping act (None: off).
@@ -137,7 +139,7 @@ class Agent:
 
     def __init__(self, envs: gym.vector.VectorEnv, model: Mapping[str, Any] | str | None = None,
                  buffer: Any = None, *, seed: int | None = None, gamma: float = 0.99, lr: float = 7e-4,
-                 lr_schedule: str = "constant", optimizer: str = "adam", beta1: float = 0.9, beta2: float = 0.999,
+                 lr_schedule: str = "constant", schedule_steps: float | None = None, optimizer: str = "adam", beta1: float = 0.9, beta2: float = 0.999,
                  opt_epsilon: float = 1e-7, reward_buffer_size: int = 100,
                  divergence_monitoring_steps: int | None = None, plateau_reduce_factor: float = 0.9,
                  plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
@@ -179,6 +181,9 @@ class Agent:
             raise UserError(f"agent.optimizer={optimizer!r} must be 'adam' or 'rmsprop'")
         self.gamma, self.lr, self.lr_schedule, self.optimizer_name = float(gamma), float(lr), lr_schedule, optimizer
         self.beta1, self.beta2, self.opt_epsilon = float(beta1), float(beta2), float(opt_epsilon)
+        if schedule_steps is not None and float(schedule_steps) < 1:
+            raise UserError(f"agent.schedule_steps={schedule_steps} must be at least 1 (or null: run.max_steps)")
+        self.schedule_steps = None if schedule_steps is None else int(float(schedule_steps))
         self.reward_buffer_size = int(reward_buffer_size)
         self.divergence_monitoring_steps = divergence_monitoring_steps
         self.plateau_reduce_factor, self.plateau_reduce_patience = float(plateau_reduce_factor), int(plateau_reduce_patience)
@@ -302,10 +307,14 @@ class Agent:
 
     def current_lr(self, steps: int | None = None) -> float:
         """The learning rate at `steps` env steps (default: now)."""
-        frac = 1.0
-        if self.lr_schedule == "linear":
-            frac = max(1.0 - (self.steps if steps is None else steps) / max(self.max_steps, 1), 0.0)
+        frac = self.schedule_fraction(self.lr_schedule, self.steps if steps is None else steps)
         return self.lr * frac * self.lr_scale * self.adaptive_scale
+
+    def schedule_fraction(self, schedule: str, steps: int) -> float:
+        """1 for a constant schedule; for 'linear' the fraction of the schedule left at `steps` (RL Zoo's `lin_`)."""
+        if schedule != "linear":
+            return 1.0
+        return max(1.0 - steps / max(self.schedule_steps or self.max_steps, 1), 0.0)
 
     def _apply_lr(self) -> None:
         lr = self.current_lr()

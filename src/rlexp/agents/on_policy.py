@@ -557,10 +557,6 @@ class OnPolicyAgent(Agent):
         value at a step count): each cycle of a fused call assigns the variable its value at the cycle's start."""
         return {}
 
-    def schedule_fraction(self, schedule: str, steps: int) -> float:
-        """1 for a constant schedule; for 'linear' the fraction of the run left at `steps` (RL Zoo's `lin_`)."""
-        return 1.0 if schedule == "constant" else max(1.0 - steps / max(self.max_steps, 1), 0.0)
-
     @no_autograph
     def _fused_iterations(self, obs: tf.Tensor, cycles: tf.Tensor, lrs: tf.Tensor,
                           scheduled: tf.Tensor) -> dict[str, tf.Tensor]:
