@@ -167,9 +167,10 @@ def test_kill_then_resume_continues_the_history(tmp_path):
     (["agent=dqn", "buffer.max_size=big"], "buffer.max_size='big' must be an integer"),
     (["env.n_envs=0"], "env.n_envs=0 must be at least 1"),
     (["agent.gamma=1.5"], "agent.gamma=1.5 must be in (0, 1]"),
+    (["agent.schedule_steps=0"], "agent.schedule_steps=0 must be at least 1"),
     (["+oops=[1,2"], "no viable alternative"),
 ], ids=["action-space", "td3-discrete", "sac-discrete", "naf-discrete", "dqfd-continuous", "dqfd-no-demos", "env-id", "play-no-run", "missing-checkpoint", "missing-resume", "buffer-sizes",
-        "cnn-on-vector", "unknown-group-option", "lr-type", "buffer-type", "n-envs", "gamma-range", "override-syntax"])
+        "cnn-on-vector", "unknown-group-option", "lr-type", "buffer-type", "n-envs", "gamma-range", "schedule-steps", "override-syntax"])
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
     result = rlexp(tmp_path, *args, "run.max_steps=100")
     assert result.returncode == 2
