@@ -139,8 +139,8 @@ class Agent:
 
     def __init__(self, envs: gym.vector.VectorEnv, model: Mapping[str, Any] | str | None = None,
                  buffer: Any = None, *, seed: int | None = None, gamma: float = 0.99, lr: float = 7e-4,
-                 lr_schedule: str = "constant", schedule_steps: float | None = None, optimizer: str = "adam", beta1: float = 0.9, beta2: float = 0.999,
-                 opt_epsilon: float = 1e-7, reward_buffer_size: int = 100,
+                 lr_schedule: str = "constant", schedule_steps: float | None = None, optimizer: str = "adam",
+                 beta1: float = 0.9, beta2: float = 0.999, opt_epsilon: float = 1e-7, reward_buffer_size: int = 100,
                  divergence_monitoring_steps: int | None = None, plateau_reduce_factor: float = 0.9,
                  plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
                  display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
