@@ -1,6 +1,8 @@
-"""Learning-quality benchmark: the default CLI command per case, several seeds, 20-episode deterministic eval.
+"""Learning-quality benchmark: the default CLI command per case, several seeds, 20 evaluation episodes of the
+final weights as `run.eval_deterministic=auto` scores them (deterministic; actions drawn from the policy on Atari).
 
 Usage: python benchmarks/learning.py [CASE ...] [--seeds 0 1 2]   (CASE names: see CASES)
+       python benchmarks/learning.py --rescore CASE SEED   (evaluate a recorded row's final weights again)
 Each run goes through `python -m rlexp` (run dirs under benchmarks/runs/); prints a Markdown table and
 merges its rows into benchmarks/results/learning.json (a rerun of a case and seed replaces its row; each row
 keeps its date and commit), from which benchmarks/results/learning.md is written.
@@ -76,7 +78,8 @@ CASES |= {f"fallback-{agent}-{name}": ([f"agent={agent}", "env=generic", f"env.i
                                         "run.target_reward=null"], threshold)
           for name, (env_id, threshold, budgets) in FALLBACK_CHECKS.items() for agent, steps in budgets.items()}
 SUMMARY = re.compile(r"done \((\w+)\): ([\d,]+) steps in ([\d.]+) s \(([\d,]+) steps/s\) \| eval (-?[\d.]+) ± ([\d.]+)"
-                     r".*run dir: (\S+)")
+                     r" over \d+ (stochastic )?episodes.*run dir: (\S+)")
+EVAL = re.compile(r"eval: (-?[\d.]+) ± ([\d.]+) over \d+ (stochastic )?episodes")
 
 
 def run(case: str, seed: int) -> dict:
@@ -98,28 +101,44 @@ def parse(case: str, seed: int, stdout: str) -> dict:
     m = SUMMARY.search(stdout)
     if not m:
         return dict(case=case, seed=seed, error=stdout[-300:])
-    reason, steps, seconds, sps, mean, std, run_dir = m.groups()
+    reason, steps, seconds, sps, mean, std, stochastic, run_dir = m.groups()
     plot = Path(run_dir) / "history.png"
     if plot.exists():  # the curve next to the results table
         shutil.copy(plot, Path(__file__).parent / "plots" / f"{case}_seed{seed}.png")
     return dict(case=case, seed=seed, steps=int(steps.replace(",", "")), train_s=float(seconds),
                 steps_per_s=int(sps.replace(",", "")), eval_mean=float(mean), eval_std=float(std),
-                passed=float(mean) >= threshold, threshold=threshold, run_dir=run_dir)
+                policy="stochastic" if stochastic else "deterministic", passed=float(mean) >= threshold,
+                threshold=threshold, run_dir=run_dir)
+
+
+def rescore(row: dict) -> dict:
+    """The row with its final weights evaluated again by today's `mode=eval` (e.g. after a change of the
+    evaluation protocol); training numbers, date and commit stay, `rescored` notes when and at which commit."""
+    out = subprocess.run([sys.executable, "-m", "rlexp", "mode=eval", f"+checkpoint={row['run_dir']}"],
+                         capture_output=True, text=True)
+    m = EVAL.search(out.stdout + out.stderr)
+    if out.returncode or not m:
+        raise SystemExit(f"mode=eval of {row['run_dir']} failed: {(out.stderr or out.stdout)[-300:]}")
+    mean, std, stochastic = m.groups()
+    return row | dict(eval_mean=float(mean), eval_std=float(std), passed=float(mean) >= row["threshold"],
+                      policy="stochastic" if stochastic else "deterministic", rescored=f"{now()} at {commit()}")
 
 
 def table(rows: list[dict], provenance: bool = False) -> str:
     """Markdown rows; with `provenance`, each row's date, commit and machine too."""
     extra = " date | commit | machine |" if provenance else ""
-    lines = ["| case | seed | steps | train s | steps/s | eval (20 ep) | threshold | pass |" + extra,
-             "|---|---|---|---|---|---|---|---|" + "---|" * (3 if provenance else 0)]
+    lines = ["| case | seed | steps | train s | steps/s | eval (20 ep) | policy | threshold | pass |" + extra,
+             "|---|---|---|---|---|---|---|---|---|" + "---|" * (3 if provenance else 0)]
     for r in rows:
-        tail = f" {r.get('date', '')} | {r.get('commit', '')} | {r.get('machine', '')} |" if provenance else ""
+        rescored = f" (eval {r['rescored']})" if r.get("rescored") else ""
+        tail = f" {r.get('date', '')} | {r.get('commit', '')}{rescored} | {r.get('machine', '')} |" if provenance else ""
         if "error" in r:
-            lines.append(f"| {r['case']} | {r['seed']} | error: {r['error']!r} |||||" + tail)
+            lines.append(f"| {r['case']} | {r['seed']} | error: {r['error']!r} ||||||" + tail)
         else:
             passed = "yes" if r["passed"] else "NO"
             lines.append(f"| {r['case']} | {r['seed']} | {r['steps']:,} | {r['train_s']:.1f} | {r['steps_per_s']:,} | "
-                         f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f} | {r['threshold']} | {passed} |" + tail)
+                         f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f} | {r.get('policy', 'deterministic')} | "
+                         f"{r['threshold']} | {passed} |" + tail)
     return "\n".join(lines)
 
 
@@ -143,8 +162,10 @@ def record(rows: list[dict]) -> None:
             summary.append(f"- {case}: {sum(r['passed'] for r in scored)} of {len(scored)} seeds at or above "
                            f"{scored[0]['threshold']}")
     body = ("Each row: `python -m rlexp <case's args> seed=<s> run.progress=none` (args in benchmarks/learning.py; "
-            "the pair's tuned preset is picked up), scored by 20 deterministic evaluation episodes of the final "
-            "weights. Rows keep the date and commit they were measured at; a rerun replaces them. Train seconds "
+            "the pair's tuned preset is picked up), scored by 20 evaluation episodes of the final weights: "
+            "deterministic, and with actions drawn from the policy on Atari (RL Zoo's protocol; the `policy` "
+            "column). Rows keep the date and commit they were measured at (and of a later re-evaluation: "
+            "`--rescore`); a rerun replaces them. Train seconds "
             "depend on what else ran at the time: for speed see speed.md.\n\n" + "\n".join(summary) + "\n\n"
             + table(merged, provenance=True))
     write_table("learning", "Learning results", body)
@@ -155,9 +176,20 @@ def main() -> None:
     parser.add_argument("cases", nargs="*", default=list(CASES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--table", nargs="+", metavar="LOG", help="only print the table of earlier runs' JSON lines")
+    parser.add_argument("--rescore", nargs=2, metavar=("CASE", "SEED"),
+                        help="evaluate a recorded row's final weights again (its run dir must still exist)")
     parser.add_argument("--from-log", nargs=4, metavar=("CASE", "SEED", "LOG", "COMMIT"),
                         help="record a run of CASE started by hand (its console output in LOG, at COMMIT)")
     opts = parser.parse_args()
+    if opts.rescore:
+        case, seed = opts.rescore[0], int(opts.rescore[1])
+        rows = json.loads((RESULTS / "learning.json").read_text())
+        row = next((r for r in rows if r["case"] == case and r["seed"] == seed), None)
+        if row is None:
+            raise SystemExit(f"no recorded row for {case} seed {seed}")
+        row = rescore(row)
+        print(json.dumps(row))
+        return record([row])
     if opts.from_log:
         case, seed, log, at = opts.from_log
         finished = time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime(Path(log).stat().st_mtime))

@@ -168,9 +168,11 @@ def test_kill_then_resume_continues_the_history(tmp_path):
     (["env.n_envs=0"], "env.n_envs=0 must be at least 1"),
     (["agent.gamma=1.5"], "agent.gamma=1.5 must be in (0, 1]"),
     (["agent.schedule_steps=0"], "agent.schedule_steps=0 must be at least 1"),
+    (["run.eval_deterministic=maybe"], "run.eval_deterministic='maybe' must be auto, true or false"),
     (["+oops=[1,2"], "no viable alternative"),
 ], ids=["action-space", "td3-discrete", "sac-discrete", "naf-discrete", "dqfd-continuous", "dqfd-no-demos", "env-id", "play-no-run", "missing-checkpoint", "missing-resume", "buffer-sizes",
-        "cnn-on-vector", "unknown-group-option", "lr-type", "buffer-type", "n-envs", "gamma-range", "schedule-steps", "override-syntax"])
+        "cnn-on-vector", "unknown-group-option", "lr-type", "buffer-type", "n-envs", "gamma-range", "schedule-steps", "eval-deterministic",
+        "override-syntax"])
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
     result = rlexp(tmp_path, *args, "run.max_steps=100")
     assert result.returncode == 2
@@ -285,7 +287,8 @@ def test_corrupt_checkpoint_and_unwritable_video_dir_are_one_line(trained, tmp_p
 
 
 def test_atari_run_records_its_precision_and_resumes_on_envpool(tmp_path):
-    """An Atari PPO run steps EnvPool (auto), stores what run.mixed_precision=auto chose, and resumes: the
+    """An Atari PPO run steps EnvPool (auto), stores what run.mixed_precision=auto and
+    run.eval_deterministic=auto chose, and resumes: the
     resumed envs are seeded from the run's seed and step (a uint32, beyond EnvPool's int32 seeds)."""
     from omegaconf import OmegaConf
 
@@ -297,7 +300,9 @@ def test_atari_run_records_its_precision_and_resumes_on_envpool(tmp_path):
     assert first.returncode == 0, first.stderr[-2000:]
     (run,) = run_dirs(tmp_path)
     bf16 = cpu_has_bfloat16()
-    assert OmegaConf.load(run / ".hydra" / "config.yaml").run.mixed_precision == ("bfloat16" if bf16 else False)
+    stored = OmegaConf.load(run / ".hydra" / "config.yaml").run
+    assert stored.mixed_precision == ("bfloat16" if bf16 else False)
+    assert stored.eval_deterministic is False  # auto: Atari is scored with actions drawn from the policy
     assert ("bfloat16 compute" in first.stdout + first.stderr) == bf16
     resumed = rlexp(tmp_path, f"+resume={run}", "run.max_steps=256")
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stderr[-2000:]

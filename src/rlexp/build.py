@@ -170,6 +170,7 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     precision = resolve_precision(cfg.run.get("mixed_precision", False), cls, image_obs, is_recurrent(model))
     with open_dict(cfg):  # the run config records what `auto` chose (a resume elsewhere keeps it)
         cfg.run.mixed_precision = precision
+        cfg.run.eval_deterministic = resolve_eval_deterministic(cfg.run.get("eval_deterministic", "auto"), cfg.env.id)
     agent = instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed, **playing,
                         clip_rewards=bool(cfg.env.clip_rewards), mixed_precision=precision, _convert_="all")
     return agent
@@ -200,6 +201,16 @@ def resolve_precision(setting: bool | str, cls: type, image_obs: bool, recurrent
             or not cpu_has_bfloat16():
         return False
     return "bfloat16"
+
+
+def resolve_eval_deterministic(setting: bool | str, env_id: str) -> bool:
+    """run.eval_deterministic, with `auto` decided as RL Zoo scores: actions drawn from the policy on Atari
+    games, the deterministic policy everywhere else."""
+    if setting != "auto":
+        return bool(setting)
+    from rlexp.envs import is_atari
+
+    return not is_atari(env_id)
 
 
 def startup_done() -> None:

@@ -55,6 +55,8 @@ def check_settings(cfg: DictConfig) -> None:
         raise UserError(f"run.progress={run.progress!r} must be one of {', '.join(PROGRESS)}")
     if run.get("mixed_precision", False) not in PRECISIONS:
         raise UserError(f"run.mixed_precision={run.mixed_precision!r} must be auto, false, true, float16 or bfloat16")
+    if run.get("eval_deterministic", "auto") not in ("auto", True, False):
+        raise UserError(f"run.eval_deterministic={run.eval_deterministic!r} must be auto, true or false")
     play = cfg.play
     _number("play.episodes", play.episodes, minimum=1, integer=True)
     _number("play.frame_frequency", play.frame_frequency, minimum=1, integer=True)

@@ -225,6 +225,14 @@ SPACE_KINDS = {gym.spaces.Discrete: "discrete", gym.spaces.Box: "continuous",
                gym.spaces.MultiDiscrete: "multi_discrete", gym.spaces.MultiBinary: "multi_binary"}
 
 
+def is_atari(env_id: str) -> bool:
+    """Whether `env_id` is registered as an ALE game (RL Zoo's test: ale_py's AtariEnv entry point)."""
+    try:
+        return "AtariEnv" in str(gym.spec(env_id).entry_point)
+    except gym.error.Error:
+        return False
+
+
 def space_kind(space: gym.Space) -> str:
     """'discrete', 'continuous', 'multi_discrete' or 'multi_binary' (the action-space names agents declare)."""
     return SPACE_KINDS.get(type(space), type(space).__name__)

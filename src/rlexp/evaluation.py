@@ -1,4 +1,4 @@
-"""Evaluation during training (RL Zoo's --eval-freq): deterministic episodes on separate eval envs every
+"""Evaluation during training (RL Zoo's --eval-freq): episodes on separate eval envs every
 `interval` env steps, written to evaluations.parquet; the best one is checkpoints/best.ckpt."""
 from __future__ import annotations
 
@@ -16,16 +16,18 @@ SERIES = re.compile(r"step_(\d+)\.ckpt$")
 
 
 class Evaluator:
-    """Runs `episodes` deterministic episodes on its own envs whenever training passes the next multiple of
-    `interval` env steps; `keep` > 0 also keeps the newest `keep` checkpoints/step_<steps>.ckpt.
+    """Runs `episodes` episodes (deterministic, or with actions drawn from the policy) on its own envs
+    whenever training passes the next multiple of `interval` env steps; `keep` > 0 also keeps the newest
+    `keep` checkpoints/step_<steps>.ckpt.
 
     The eval envs come from `make_envs`; the agent resets them with its evaluation seed (apart from the
     training envs') at each evaluation, so evaluations differ only by the weights.
     """
 
     def __init__(self, make_envs: Callable[[], Any], interval: int, episodes: int, run_dir: Path | None = None,
-                 keep: int = 0) -> None:
+                 keep: int = 0, deterministic: bool = True) -> None:
         self.make_envs, self.interval, self.episodes, self.keep = make_envs, int(interval), int(episodes), int(keep)
+        self.deterministic = bool(deterministic)
         self.run_dir = Path(run_dir) if run_dir else None
         self.envs = None
         self.rows: list[dict[str, float]] = []
@@ -53,7 +55,7 @@ class Evaluator:
         """Evaluate now; returns the row (with `improved`: a new best mean) and saves the checkpoints."""
         if self.envs is None:
             self.envs = self.make_envs()
-        returns = np.array(agent.evaluate(self.envs, self.episodes))
+        returns = np.array(agent.evaluate(self.envs, self.episodes, self.deterministic))
         row = dict(step=agent.steps, time=seconds, mean_return=float(returns.mean()), std_return=float(returns.std()),
                    min_return=float(returns.min()), max_return=float(returns.max()), episodes=len(returns))
         improved = row["mean_return"] > self.best

@@ -39,9 +39,10 @@ def write_video(frames: list[np.ndarray], path: Path, fps: int) -> None:
 
 def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir: str | None = None,
          frame_frequency: int = 1, frame_delay: float = 0.0, render: bool = False, fps: int = 30,
-         name: str = "play", recorder=None) -> list[float]:
-    """Play `episodes` deterministic episodes in a 1-env vector env; returns each episode's return. A
-    `recorder` (rlexp.demos.DemoRecorder) keeps the episodes as demonstrations."""
+         name: str = "play", recorder=None, deterministic: bool = True) -> list[float]:
+    """Play `episodes` episodes in a 1-env vector env (deterministic actions, or drawn from the policy);
+    returns each episode's return. A `recorder` (rlexp.demos.DemoRecorder) keeps the episodes as
+    demonstrations."""
     video_path = writable_dir(video_dir, "video_dir") if video_dir else None
     frame_path = writable_dir(frame_dir, "frame_dir") if frame_dir else None
     capture = video_path is not None or frame_path is not None
@@ -67,7 +68,7 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
             frame_index += 1
         if frame_delay:
             time.sleep(float(frame_delay))
-        actions = agent.act(obs, starts)
+        actions = agent.act(obs, starts, deterministic)
         obs, rewards, terminated, truncated, info = envs.step(actions)
         starts = terminated | truncated
         if recorder is not None:

@@ -258,6 +258,11 @@ class Agent:
         """Deterministic actions for a batch of observations (used by play and eval)."""
         raise NotImplementedError  # abstract
 
+    def sample_policy(self, obs: tf.Tensor, rng: tf.random.Generator) -> tf.Tensor:
+        """Actions drawn from the agent's stochastic policy with `rng`, for stochastic evaluation (RL Zoo's
+        --stochastic). Agents whose policy is deterministic (TD3, DDPG, NAF) act as `policy`."""
+        return self.policy(obs)
+
     def models(self) -> dict[str, Any]:
         return {"model": self.model}
 
@@ -597,40 +602,66 @@ class Agent:
         return np.stack([gym.spaces.flatten(self.structured_space, o)
                          for o in gym.vector.utils.iterate(batched, obs)]).astype(np.float32)
 
-    def act(self, obs: np.ndarray, episode_starts: np.ndarray | None = None) -> np.ndarray:
-        """Deterministic actions for a batch of observations. `episode_starts` flags the envs whose episode
-        starts with this observation (recurrent policies reset their state there; None: all on the first call)."""
+    def act(self, obs: np.ndarray, episode_starts: np.ndarray | None = None, deterministic: bool = True) -> np.ndarray:
+        """Actions for a batch of observations: the policy's deterministic ones, or (`deterministic=False`)
+        drawn from it with the evaluation generator. `episode_starts` flags the envs whose episode starts with
+        this observation (recurrent policies reset their state there; None: all on the first call)."""
         obs = self.normalizer.obs(self.flat_obs(obs)).astype(self.obs_dtype, copy=False)
-        actions = self.policy_actions(obs, episode_starts)
+        actions = self.policy_actions(obs, episode_starts, deterministic)
         if self.action_kind == "continuous":
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
         return actions
 
-    def policy_actions(self, obs: np.ndarray, episode_starts: np.ndarray | None) -> np.ndarray:
-        """`policy` on a batch of (normalised) observations, as NumPy actions."""
-        if not hasattr(self, "_policy_fn"):
-            self._policy_fn = tf.function(self.policy)
-        return self._policy_fn(tf.convert_to_tensor(obs)).numpy()
+    def policy_actions(self, obs: np.ndarray, episode_starts: np.ndarray | None,
+                       deterministic: bool = True) -> np.ndarray:
+        """`policy` (or `sample_policy`) on a batch of (normalised) observations, as NumPy actions."""
+        functions = self.__dict__.setdefault("_acting_functions", {})
+        if deterministic not in functions:
+            functions[deterministic] = tf.function(
+                self.policy if deterministic else lambda obs: self.sample_policy(obs, self.eval_rng))
+        return functions[deterministic](tf.convert_to_tensor(obs)).numpy()
+
+    @property
+    def eval_rng(self) -> tf.random.Generator:
+        """The generator of stochastic evaluation, apart from training's `tf_rng` (evaluating never shifts
+        training's draws); `evaluate` restarts it from the evaluation seed."""
+        if "_eval_rng" not in self.__dict__:
+            self._eval_rng = tf.random.Generator.from_seed(self.eval_seed)
+        return self._eval_rng
+
+    @property
+    def eval_seed(self) -> int:
+        """Seed of the evaluation envs and generator: apart from training's (without a seed, the OS's entropy)."""
+        if "_eval_seed" not in self.__dict__:
+            entropy = int(np.random.SeedSequence().entropy % 2**31)
+            self._eval_seed = self.seed + 10_000 if self.seed is not None else entropy
+        return self._eval_seed
 
     def play(self, envs: gym.vector.VectorEnv, episodes: int = 1, video_dir: str | Path | None = None,
-             frame_dir: str | Path | None = None, fps: int = 30, name: str = "play") -> list[float]:
-        """Deterministic episodes in a 1-env vector env (make it with render_mode="rgb_array" to record
+             frame_dir: str | Path | None = None, fps: int = 30, name: str = "play",
+             deterministic: bool = True) -> list[float]:
+        """Episodes in a 1-env vector env (make it with render_mode="rgb_array" to record
         `video_dir/<name>.mp4` or jpg frames). Returns each episode's return."""
         from rlexp.play import play
 
-        return play(self, envs, episodes=episodes, video_dir=video_dir, frame_dir=frame_dir, fps=fps, name=name)
+        return play(self, envs, episodes=episodes, video_dir=video_dir, frame_dir=frame_dir, fps=fps, name=name,
+                    deterministic=deterministic)
 
-    def evaluate(self, envs: gym.vector.VectorEnv, episodes: int) -> list[float]:
-        """Run `episodes` deterministic episodes, spread over the given envs (each env's first episodes)."""
+    def evaluate(self, envs: gym.vector.VectorEnv, episodes: int, deterministic: bool = True) -> list[float]:
+        """Run `episodes` episodes, spread over the given envs (each env's first episodes), with the
+        deterministic policy or (`deterministic=False`) actions drawn from it. Each call starts from the same
+        env seeds and generator state, so evaluations differ only by the weights."""
         n = envs.num_envs
         quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
         returns: list[float] = []
         counted = np.zeros(n, int)
         running = np.zeros(n)
-        obs, _ = envs.reset(seed=None if self.seed is None else self.seed + 10_000)
+        obs, _ = envs.reset(seed=None if self.seed is None else self.eval_seed)
+        if not deterministic:
+            self.eval_rng.reset_from_seed(self.eval_seed)
         starts = np.ones(n, bool)
         while (counted < quota).any():
-            obs, rewards, terminated, truncated, _ = envs.step(self.act(obs, starts))
+            obs, rewards, terminated, truncated, _ = envs.step(self.act(obs, starts, deterministic))
             starts = terminated | truncated
             running += rewards
             for i in np.flatnonzero(terminated | truncated):

@@ -98,6 +98,14 @@ class DQN(OffPolicyAgent):
     def policy(self, obs):
         return tf.argmax(self.model(obs), axis=-1)
 
+    @no_autograph
+    def sample_policy(self, obs, rng):
+        """Epsilon-greedy with the final exploration rate (SB3's DQN.predict with deterministic=False)."""
+        greedy = tf.argmax(self.model(obs), axis=-1)
+        n = tf.shape(greedy)[:1]
+        randoms = rng.uniform(n, 0, self.n_actions, dtype=tf.int64)
+        return tf.where(rng.uniform(n) < self.epsilon_end, randoms, greedy)
+
     # ----- collection: epsilon-greedy, in the graph or with a NumPy mirror of the Q-network ----------
     @no_autograph
     def _exploration_noise(self, n_steps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -197,24 +197,27 @@ class OnPolicyAgent(Agent):
         return self.policy_head(heads), self.head_values(heads), new_states
 
     @no_autograph
-    def recurrent_policy(self, obs, starts, states) -> tuple[tf.Tensor, list[tf.Tensor]]:
+    def recurrent_policy(self, obs, starts, states, deterministic: bool = True) -> tuple[tf.Tensor, list[tf.Tensor]]:
         out, _, states = self.recurrent_forward(obs, starts, states)
-        return self.mode(out), states
+        return (self.mode(out) if deterministic else self.draw_actions(out, self.eval_rng)), states
 
-    def policy_actions(self, obs: np.ndarray, episode_starts: np.ndarray | None) -> np.ndarray:
+    def policy_actions(self, obs: np.ndarray, episode_starts: np.ndarray | None,
+                       deterministic: bool = True) -> np.ndarray:
         """A recurrent policy carries its state from call to call (one per env of the batch, zeroed where
         `episode_starts` is set, and for all envs on the first call)."""
         if not self.recurrent:
-            return super().policy_actions(obs, episode_starts)
+            return super().policy_actions(obs, episode_starts, deterministic)
         states = getattr(self, "_act_states", None)
         if states is None or len(states[0]) != len(obs):
             states = [np.zeros((len(obs), int(v.shape[-1])), np.float32) for v in self.rnn_states]
             episode_starts = np.ones(len(obs))
+        if not deterministic:
+            _ = self.eval_rng  # the generator is made here, outside the graph
         if not hasattr(self, "_recurrent_policy_fn"):
             self._recurrent_policy_fn = tf.function(self.recurrent_policy)
         starts = np.zeros(len(obs), np.float32) if episode_starts is None else np.asarray(episode_starts, np.float32)
         actions, states = self._recurrent_policy_fn(tf.convert_to_tensor(obs), tf.convert_to_tensor(starts),
-                                                    [tf.convert_to_tensor(s) for s in states])
+                                                    [tf.convert_to_tensor(s) for s in states], deterministic)
         self._act_states = [s.numpy() for s in states]
         return actions.numpy()
 
@@ -311,19 +314,32 @@ class OnPolicyAgent(Agent):
     @no_autograph
     def sample_from(self, out: tf.Tensor, value: tf.Tensor) -> dict[str, tf.Tensor]:
         """Actions sampled from the policy head output, with their log probs, and the values."""
-        if self.action_kind == "discrete":
-            actions = D.categorical_sample(out, self.tf_rng)
-        elif self.action_kind == "multi_discrete":
-            actions = D.multi_categorical_sample(out, self.nvec, self.tf_rng)
-        elif self.action_kind == "multi_binary":
-            actions = D.bernoulli_sample(out, self.tf_rng)
-        elif self.sde:  # noise = features @ this env's exploration matrix
+        if self.sde:  # noise = features @ this env's exploration matrix
             actions = out[:, :self.n_actions] + tf.einsum("nd,nda->na", out[:, self.n_actions:], self.sde_noise)
         else:
-            mean, log_std = self.gaussian(out)
-            actions = D.gaussian_sample(mean, log_std, self.tf_rng)
+            actions = self.draw_actions(out, self.tf_rng)
         log_probs, _ = self.log_prob_entropy(out, actions)
         return dict(actions=actions, log_probs=log_probs, values=value)
+
+    @no_autograph
+    def draw_actions(self, out: tf.Tensor, rng: tf.random.Generator) -> tf.Tensor:
+        """Actions drawn from the policy head output with `rng` (gSDE: a fresh exploration matrix per row)."""
+        if self.action_kind == "discrete":
+            return D.categorical_sample(out, rng)
+        if self.action_kind == "multi_discrete":
+            return D.multi_categorical_sample(out, self.nvec, rng)
+        if self.action_kind == "multi_binary":
+            return D.bernoulli_sample(out, rng)
+        if self.sde:
+            features = out[:, self.n_actions:]
+            noise = tf.exp(self.log_std) * rng.normal(tf.concat([tf.shape(features)[:1], tf.shape(self.log_std)], 0))
+            return out[:, :self.n_actions] + tf.einsum("nd,nda->na", features, noise)
+        mean, log_std = self.gaussian(out)
+        return D.gaussian_sample(mean, log_std, rng)
+
+    @no_autograph
+    def sample_policy(self, obs: tf.Tensor, rng: tf.random.Generator) -> tf.Tensor:
+        return self.draw_actions(self.forward(obs)[0], rng)
 
     def resample_sde_noise(self) -> None:
         self.sde_noise.assign(self.tf_rng.normal(tf.shape(self.sde_noise)) * tf.exp(self.log_std))

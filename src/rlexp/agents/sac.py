@@ -128,14 +128,16 @@ class SAC(OffPolicyAgent):
         return tf.clip_by_value(mean, -2.0, 2.0), features, 0.5 * tf.math.log(variance + 1e-6)
 
     @no_autograph
-    def sample(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        """Actions in [-1, 1] drawn from the squashed Gaussian, with their log-probabilities (with gSDE, one
-        noise matrix for the whole batch, drawn anew on each call and differentiable in the stds)."""
+    def sample(self, obs: tf.Tensor, rng: tf.random.Generator | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+        """Actions in [-1, 1] drawn from the squashed Gaussian (with `rng`, else `tf_rng`), with their
+        log-probabilities (with gSDE, one noise matrix for the whole batch, drawn anew on each call and
+        differentiable in the stds)."""
+        rng = rng or self.tf_rng
         if not self.sde:
             mean, log_std = self.mean_log_std(obs)
-            return squashed_gaussian(mean, log_std, self.tf_rng.normal(tf.shape(mean)))
+            return squashed_gaussian(mean, log_std, rng.normal(tf.shape(mean)))
         mean, features, log_std = self.sde_params(obs)
-        noise = tf.matmul(features, tf.exp(self.log_std) * self.tf_rng.normal(tf.shape(self.log_std)))
+        noise = tf.matmul(features, tf.exp(self.log_std) * rng.normal(tf.shape(self.log_std)))
         return squashed_gaussian(mean, log_std, noise * tf.exp(-log_std))
 
     @no_autograph
@@ -156,6 +158,10 @@ class SAC(OffPolicyAgent):
     def policy(self, obs):
         mean = self.sde_params(obs)[0] if self.sde else self.mean_log_std(obs)[0]
         return self.to_env(tf.tanh(mean))
+
+    @no_autograph
+    def sample_policy(self, obs, rng):
+        return self.to_env(self.sample(obs, rng)[0])
 
     @no_autograph
     def q(self, critic, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:

@@ -8,7 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
-from rlexp.commands.train import evaluate, mean_std
+from rlexp.commands.train import deterministic_eval, eval_kind, evaluate, mean_std
 from rlexp.errors import UserError
 from rlexp.rundirs import absolute, find_checkpoint, stored_config
 
@@ -37,7 +37,7 @@ def play_or_eval(cfg: DictConfig) -> float:
         agent.load(ckpt, weights_only=True)
         returns = evaluate(agent, run_cfg)
         mean, std = mean_std(returns)
-        log.info(f"eval: {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} episodes")
+        log.info(f"eval: {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} {eval_kind(run_cfg)}episodes")
         return mean
     capture = bool(cfg.get("video_dir") or cfg.get("frame_dir"))
     if not cfg.get("render"):
@@ -55,7 +55,7 @@ def play_or_eval(cfg: DictConfig) -> float:
     returns = play(agent, agent.envs, episodes=int(cfg.play.episodes), video_dir=cfg.get("video_dir"),
                    frame_dir=cfg.get("frame_dir"), frame_frequency=int(cfg.play.frame_frequency),
                    frame_delay=float(cfg.play.frame_delay), render=bool(cfg.get("render")), fps=int(cfg.play.fps),
-                   name=name, recorder=recorder)
+                   name=name, recorder=recorder, deterministic=deterministic_eval(run_cfg))
     agent.envs.close()
     if recorder is not None:
         path = recorder.write(absolute(cfg.demo_dir), run_cfg.env.id,

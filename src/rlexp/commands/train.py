@@ -46,7 +46,7 @@ def make_evaluator(cfg: DictConfig, run_dir: Path):
     from rlexp.evaluation import Evaluator
 
     return Evaluator(lambda: eval_envs(cfg), interval, int(cfg.run.eval_episodes), run_dir,
-                     keep=int(cfg.run.get("keep_checkpoints") or 0))
+                     keep=int(cfg.run.get("keep_checkpoints") or 0), deterministic=deterministic_eval(cfg))
 
 
 def train(cfg: DictConfig) -> float | dict[str, float]:
@@ -124,7 +124,8 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None)
             evaluator.close()
     log.info(f"done ({summary['reason']}): {summary['steps']:,} steps in {summary['seconds']:.1f} s "
              f"({summary['steps_per_s']:,.0f} steps/s) | "
-             + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} episodes" if returns else "no eval")
+             + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} {eval_kind(cfg)}episodes"
+                if returns else "no eval")
              + f" | run dir: {run_dir}")
     log.info(f"next: python -m rlexp mode=play +checkpoint={run_dir} +video_dir=videos | "
              f"python -m rlexp mode=eval +checkpoint={run_dir} | python -m rlexp +resume={run_dir}")
@@ -172,20 +173,30 @@ def mean_std(returns: list[float]) -> tuple[float, float]:
 
 
 def eval_envs(cfg: DictConfig):
-    """Envs for deterministic evaluation episodes (the agent resets them with its own evaluation seed, apart
-    from the training envs' seeds)."""
+    """Envs for evaluation episodes (the agent resets them with its own evaluation seed, apart from the
+    training envs' seeds)."""
     from rlexp.envs import env_from_config
 
     return env_from_config(cfg.env, cfg.seed, n_envs=min(int(cfg.run.eval_episodes), 32), vectorization="sync")
 
 
-def evaluate(agent, cfg: DictConfig) -> list[float]:
+def eval_kind(cfg: DictConfig) -> str:
+    return "" if deterministic_eval(cfg) else "stochastic "
 
+
+def deterministic_eval(cfg: DictConfig) -> bool:
+    """run.eval_deterministic as `build_agent` resolved it (a run config from before the key: auto)."""
+    from rlexp.build import resolve_eval_deterministic
+
+    return resolve_eval_deterministic(cfg.run.get("eval_deterministic", "auto"), cfg.env.id)
+
+
+def evaluate(agent, cfg: DictConfig) -> list[float]:
     episodes = int(cfg.run.eval_episodes)
     if episodes <= 0:
         return []
     envs = eval_envs(cfg)
     try:
-        return agent.evaluate(envs, episodes)
+        return agent.evaluate(envs, episodes, deterministic=deterministic_eval(cfg))
     finally:
         envs.close()
