@@ -62,6 +62,10 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "ppo-pong-bf16": ([*PONG_10M_FRAMES, "run.mixed_precision=auto"], 18),  # bfloat16 on a CPU that has it
     # the first 10M frames of RL Zoo's 40M-frame run: its schedules decay over 1e7 steps, not over this budget
     "ppo-pong-zoo-schedule": ([*PONG_10M_FRAMES, "agent.schedule_steps=1e7"], 18),
+    # Breakout (no tuned preset: the image fallback, RL Zoo's Atari row) over the same first 10M frames, a lost
+    # life ending the bootstrap as in RL Zoo; threshold: the human score (30.5) RL's Atari tables normalise by
+    "ppo-breakout-zoo-schedule": (["agent=ppo", "env=breakout", "run.max_steps=2.5e6", "run.target_reward=null",
+                                   "agent.schedule_steps=1e7"], 30),
 }
 # no tuned preset: the fallback presets (conf/fallbacks/) through env=generic, on the envs they were chosen on
 # (Acrobot, InvertedPendulum) and held out (CartPole, Pendulum, LunarLander; each has a tuned preset env=generic

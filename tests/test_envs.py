@@ -265,3 +265,38 @@ def test_envpool_is_chosen_only_where_it_applies():
         make_envs("PongNoFrameskip-v4", preprocess=True, noop_max=0, vectorization="envpool")
     with pytest.raises(UserError, match="EnvPool has no 'ALE/NotAGame-v5'"):
         EnvPoolAtari("ALE/NotAGame-v5", 1)
+
+
+@pytest.mark.parametrize("vectorization", ["sync", "envpool"])
+def test_life_loss_is_flagged_while_the_game_goes_on(vectorization):
+    """Breakout starts with 5 lives: a random game flags 4 lost lives, then ends (terminated) on the fifth;
+    without life_loss_terminal nothing is flagged."""
+    for life_loss in (True, False):
+        envs = make_envs("BreakoutNoFrameskip-v4", 1, seed=0, preprocess=True, life_loss_terminal=life_loss,
+                         vectorization=vectorization)
+        actions = np.random.default_rng(0)
+        flags = 0
+        while True:
+            _, _, terminated, truncated, info = envs.step(actions.integers(0, 4, 1))
+            flags += int(np.sum(info.get("life_loss", 0)))
+            if terminated[0] or truncated[0]:
+                break
+        envs.close()
+        assert (flags, bool(terminated[0])) == ((4, True) if life_loss else (0, True))
+
+
+def test_agents_stop_bootstrapping_at_a_lost_life_and_count_whole_games():
+    from rlexp.agents import PPO
+
+    envs = make_envs("BreakoutNoFrameskip-v4", 1, seed=0, preprocess=True, life_loss_terminal=True,
+                     vectorization="sync")
+    agent = PPO(envs, seed=0, n_steps=16, mini_batches=1)
+    actions = np.random.default_rng(0)
+    ends, total = 0, 0.0
+    while not agent._finished:
+        _, rewards, terminated, _, _ = agent.env_step(actions.integers(0, 4, 1))
+        ends += int(terminated[0])
+        total += float(rewards[0])
+    (_, game_return), = agent._finished
+    assert ends == 5 and game_return == total > 0  # 4 lost lives and the game's end; one episode, all of it
+    envs.close()

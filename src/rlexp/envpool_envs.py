@@ -3,7 +3,8 @@
 EnvPool does in C++ what `make_envs(..., preprocess=True)` builds from gymnasium's wrappers (noop reset,
 max-and-skip, grayscale, area resize, frame stack) and steps the envs on its own threads. It restarts a
 finished episode on the *next* step; `EnvPoolAtari` resets it in the same step instead, like rlexp's other
-vector envs (`info["final_obs"]` holds the last observation).
+vector envs (`info["final_obs"]` holds the last observation). With `life_loss`, `info["life_loss"]` flags the
+steps that lose a life while the game goes on (as `rlexp.wrappers.LifeLossInfo` does for gymnasium's envs).
 """
 from __future__ import annotations
 
@@ -58,7 +59,7 @@ class EnvPoolAtari(gym.vector.VectorEnv):
 
     def __init__(self, env_id: str, n_envs: int, seed: int | None = None, *, frame_stack: int = 4,
                  screen_size: int = 84, noop_max: int = 30, max_frame: bool = True,
-                 max_episode_steps: int | None = None, threads: int | None = None) -> None:
+                 max_episode_steps: int | None = None, threads: int | None = None, life_loss: bool = False) -> None:
         if not envpool_installed():
             raise UserError('env.vectorization=envpool needs EnvPool: pip install "rlexp[envpool]" '
                             "(or use env.vectorization=sync)")
@@ -82,6 +83,7 @@ class EnvPoolAtari(gym.vector.VectorEnv):
         if limits:
             self.options["max_episode_steps"] = max(1, min(limits) // frame_skip)
         self.task, self.num_envs, self.spec, self.frame_stack = task, n_envs, spec, frame_stack
+        self.life_loss, self._lives = life_loss, np.zeros(n_envs, np.int64)
         self._build(seed)
         shape = (screen_size, screen_size) if frame_stack == 1 else (frame_stack, screen_size, screen_size)
         self.single_observation_space = gym.spaces.Box(0, 255, shape, np.uint8)  # gymnasium's wrappers' shape
@@ -105,24 +107,35 @@ class EnvPoolAtari(gym.vector.VectorEnv):
     def reset(self, *, seed: int | None = None, options: dict | None = None) -> tuple[np.ndarray, dict]:
         if seed is not None:
             if int(seed) % SEEDS == self.seed and self._first_obs is not None:  # nothing happened since
+                self._lives[:] = self._first_lives
                 return self._first_obs.copy(), {}
             if int(seed) % SEEDS != self.seed or not self._untouched:
                 self._build(seed)
-        obs = self._frames(self.pool.reset()[0])
-        self._first_obs = obs.copy() if self._untouched else None
+        obs, info = self.pool.reset()
+        obs = self._frames(obs)
+        self._lives[:] = info["lives"]
+        if self._untouched:
+            self._first_obs, self._first_lives = obs.copy(), self._lives.copy()
+        else:
+            self._first_obs = None
         self._untouched = False
         return obs, {}
 
     def step(self, actions: np.ndarray) -> tuple[np.ndarray, np.ndarray, np.ndarray, np.ndarray, dict]:
         self._untouched, self._first_obs = False, None
-        obs, rewards, terminated, truncated, _ = self.pool.step(np.asarray(actions))
+        obs, rewards, terminated, truncated, pool_info = self.pool.step(np.asarray(actions))
         obs = self._frames(obs)
         done = terminated | truncated
         info: dict[str, Any] = {}
+        if self.life_loss:
+            info["life_loss"] = (pool_info["lives"] < self._lives) & ~done
+            self._lives[:] = pool_info["lives"]
         if done.any():
             ids = np.flatnonzero(done)
-            info = {"final_obs": obs.copy(), "_final_obs": done}
-            obs[ids] = self._frames(self.pool.reset(ids)[0])
+            info |= {"final_obs": obs.copy(), "_final_obs": done}
+            reset_obs, reset_info = self.pool.reset(ids)
+            obs[ids] = self._frames(reset_obs)
+            self._lives[ids] = reset_info["lives"]
         return obs, rewards.astype(np.float64), terminated, truncated, info
 
     def render(self) -> None:

@@ -13,6 +13,7 @@ from rlexp.envpool_envs import EnvPoolAtari
 from rlexp.envpool_envs import available as envpool_available
 from rlexp.errors import UserError
 from rlexp.graph_envs import GRAPH_ENVS
+from rlexp.wrappers import LifeLossInfo
 
 try:  # ale-py registers the Atari ids (ROMs ship with it)
     import ale_py
@@ -22,10 +23,12 @@ except ImportError:  # pragma: no cover - ale-py is a dependency
     pass
 
 
-def _atari_wrappers(screen_size: int, frame_stack: int, max_frame: bool, noop_max: int) -> list:
+def _atari_wrappers(screen_size: int, frame_stack: int, max_frame: bool, noop_max: int, life_loss: bool) -> list:
     def preprocess(env: gym.Env) -> gym.Env:
         env = gym.wrappers.AtariPreprocessing(env, noop_max=noop_max, frame_skip=4 if max_frame else 1,
                                               screen_size=screen_size, grayscale_obs=True, scale_obs=False)
+        if life_loss:
+            env = LifeLossInfo(env)
         return gym.wrappers.FrameStackObservation(env, frame_stack) if frame_stack > 1 else env
 
     return [preprocess]
@@ -99,7 +102,8 @@ def _wrap(cls: type, target: str, kwargs: dict[str, Any], env: gym.Env) -> gym.E
 
 def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectorization: str = "auto",
               preprocess: bool = False, max_frame: bool = True, frame_stack: int = 4, screen_size: int = 84,
-              noop_max: int = 30, max_episode_steps: int | None = None, render_mode: str | None = None,
+              noop_max: int = 30, life_loss_terminal: bool = False, max_episode_steps: int | None = None,
+              render_mode: str | None = None,
               kwargs: dict[str, Any] | None = None, imports: Sequence[str] = (),
               wrappers: Sequence[Mapping[str, Any]] = (), **_: Any) -> gym.vector.VectorEnv:
     """Build `n_envs` copies of `env_id`, stepped together, reset with `seed`.
@@ -112,7 +116,8 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     auto (graph, else vector, where they exist and pay: CartPole from `VECTOR_MIN_ENVS` envs, Pendulum
     always; envpool for preprocessed Atari where EnvPool is installed; else sync). With `render_mode`
     vector, graph and envpool fall back to sync.
-    `preprocess` applies Atari preprocessing (noop reset, max-and-skip, grayscale, resize, frame stack).
+    `preprocess` applies Atari preprocessing (noop reset, max-and-skip, grayscale, resize, frame stack);
+    with `life_loss_terminal` each step that loses a life is flagged in `info["life_loss"]` (`LifeLossInfo`).
     `imports`: modules to import first (their gymnasium registrations run); `env_id` may also be
     "module:EnvId-v0". `wrappers`: [{_target_: wrapper class, **kwargs}] applied to each env copy (see
     `env_wrappers`); envs with wrappers are built as sync or async env copies.
@@ -143,7 +148,8 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
             raise UserError("env.vectorization=envpool runs Atari ids with env.preprocess=true and no env.kwargs "
                             "or env.wrappers; use env.vectorization=sync")
         envs = EnvPoolAtari(env_id, n_envs, seed, frame_stack=frame_stack, screen_size=screen_size,
-                            noop_max=noop_max, max_frame=max_frame, max_episode_steps=max_episode_steps)
+                            noop_max=noop_max, max_frame=max_frame, max_episode_steps=max_episode_steps,
+                            life_loss=life_loss_terminal)
         envs.reset(seed=seed)  # what the agent's own reset with this seed will return again
         return envs
     if vectorization in ("vector", "graph"):
@@ -163,7 +169,7 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     atari = []
     if preprocess:
         make_kwargs.setdefault("frameskip", 1)  # AtariPreprocessing does the skipping
-        atari = _atari_wrappers(screen_size, frame_stack, max_frame, noop_max)
+        atari = _atari_wrappers(screen_size, frame_stack, max_frame, noop_max, life_loss_terminal)
     if max_episode_steps:
         make_kwargs["max_episode_steps"] = int(max_episode_steps)
     if render_mode:

@@ -33,3 +33,21 @@ class MaskVelocity(gym.ObservationWrapper):
 
     def observation(self, observation: np.ndarray) -> np.ndarray:
         return (observation * self.mask).astype(observation.dtype, copy=False)
+
+
+class LifeLossInfo(gym.Wrapper):
+    """Flags each step that loses a life while the game goes on: `info["life_loss"]` (from ALE's
+    `info["lives"]`). Agents end the value bootstrap there, as SB3's `terminal_on_life_loss` does, while
+    episodes and their returns stay whole games (`env.life_loss_terminal`)."""
+
+    def reset(self, **kwargs):
+        obs, info = self.env.reset(**kwargs)
+        self.lives = int(info.get("lives", 0))
+        return obs, info
+
+    def step(self, action):
+        obs, reward, terminated, truncated, info = self.env.step(action)
+        lives = int(info.get("lives", 0))
+        info["life_loss"] = lives < self.lives and not (terminated or truncated)
+        self.lives = lives
+        return obs, reward, terminated, truncated, info

@@ -377,6 +377,9 @@ class Agent:
             rewards = np.sign(rewards)
         if not self.bootstrap_truncation:
             terminated, truncated = dones, np.zeros_like(truncated)
+        life_loss = info.get("life_loss")  # env.life_loss_terminal: no bootstrap there; the game goes on
+        if life_loss is not None:
+            terminated = terminated | life_loss
         return obs, rewards.astype(np.float32), terminated, truncated, next_obs
 
     # ----- stepping a GraphVectorEnv inside a graph -------------------------------------------------
