@@ -62,6 +62,8 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "ppo-pong-bf16": ([*PONG_10M_FRAMES, "run.mixed_precision=auto"], 18),  # bfloat16 on a CPU that has it
     # the first 10M frames of RL Zoo's 40M-frame run: its schedules decay over 1e7 steps, not over this budget
     "ppo-pong-zoo-schedule": ([*PONG_10M_FRAMES, "agent.schedule_steps=1e7"], 18),
+    # the same with SB3's Adam epsilon (1e-5; Keras' default, rlexp's, is 1e-7)
+    "ppo-pong-zoo-schedule-adam-eps": ([*PONG_10M_FRAMES, "agent.schedule_steps=1e7", "agent.opt_epsilon=1e-5"], 18),
     # Breakout (no tuned preset: the image fallback, RL Zoo's Atari row) over the same first 10M frames, a lost
     # life ending the bootstrap as in RL Zoo; threshold: the human score (30.5) RL's Atari tables normalise by
     "ppo-breakout-zoo-schedule": (["agent=ppo", "env=breakout", "run.max_steps=2.5e6", "run.target_reward=null",
