@@ -120,7 +120,8 @@ def parse(case: str, seed: int, stdout: str) -> dict:
 def rescore(row: dict) -> dict:
     """The row with its final weights evaluated again by today's `mode=eval` (e.g. after a change of the
     evaluation protocol); training numbers, date and commit stay, `rescored` notes when and at which commit."""
-    out = subprocess.run([sys.executable, "-m", "rlexp", "mode=eval", f"+checkpoint={row['run_dir']}"],
+    out = subprocess.run([sys.executable, "-m", "rlexp", "mode=eval", f"+checkpoint={row['run_dir']}",
+                          "run.eval_deterministic=auto"],
                          capture_output=True, text=True)
     m = EVAL.search(out.stdout + out.stderr)
     if out.returncode or not m:

@@ -169,9 +169,10 @@ def test_kill_then_resume_continues_the_history(tmp_path):
     (["agent.gamma=1.5"], "agent.gamma=1.5 must be in (0, 1]"),
     (["agent.schedule_steps=0"], "agent.schedule_steps=0 must be at least 1"),
     (["run.eval_deterministic=maybe"], "run.eval_deterministic='maybe' must be auto, true or false"),
+    (["env.life_loss_terminal=true"], "env.life_loss_terminal=true flags lost lives of Atari games"),
     (["+oops=[1,2"], "no viable alternative"),
 ], ids=["action-space", "td3-discrete", "sac-discrete", "naf-discrete", "dqfd-continuous", "dqfd-no-demos", "env-id", "play-no-run", "missing-checkpoint", "missing-resume", "buffer-sizes",
-        "cnn-on-vector", "unknown-group-option", "lr-type", "buffer-type", "n-envs", "gamma-range", "schedule-steps", "eval-deterministic",
+        "cnn-on-vector", "unknown-group-option", "lr-type", "buffer-type", "n-envs", "gamma-range", "schedule-steps", "eval-deterministic", "life-loss",
         "override-syntax"])
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
     result = rlexp(tmp_path, *args, "run.max_steps=100")

@@ -300,3 +300,27 @@ def test_agents_stop_bootstrapping_at_a_lost_life_and_count_whole_games():
     (_, game_return), = agent._finished
     assert ends == 5 and game_return == total > 0  # 4 lost lives and the game's end; one episode, all of it
     envs.close()
+
+
+def test_frame_replay_keeps_the_stacks_across_a_lost_life():
+    """A lost life ends the bootstrap (stored `terminated`) but not the frame stream: the stacks rebuilt
+    from the frame buffer are the observations the agent saw, before and after the lost life."""
+    from rlexp.agents import DQN
+    from rlexp.buffers import FrameBuffer
+
+    envs = make_envs("BreakoutNoFrameskip-v4", 1, seed=0, preprocess=True, life_loss_terminal=True,
+                     vectorization="sync")
+    buffer = FrameBuffer(max_size=2000, initial_size=2000, batch_size=32)
+    agent = DQN(envs, buffer=buffer, seed=0)
+    actions = np.random.default_rng(0)
+    seen, after = [], []
+    while len(after) < 6:
+        seen.append(agent._raw_obs.copy())
+        action = actions.integers(0, 4, 1)
+        agent.store_step(action, action)
+        assert not agent.episode_ends[0]
+        if buffer.terminated[0, len(seen)] or after:  # entry 0 is the reset frame, transition t is entry t + 1
+            after.append(len(seen))
+    obs, _ = buffer._stacks(np.zeros(len(seen), np.int64), np.arange(1, len(seen) + 1))
+    np.testing.assert_array_equal(obs, np.concatenate(seen))
+    envs.close()

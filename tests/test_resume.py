@@ -106,3 +106,16 @@ def test_gsde_weights_load_into_a_one_env_player(tmp_path):
     for a, b in zip(player.model.get_weights(), trained.model.get_weights()):
         np.testing.assert_array_equal(a, b)
     assert player.sde_noise.shape == (1, *trained.log_std.shape)  # its own noise, one matrix for its one env
+
+
+def test_run_configs_from_before_a_key_keep_the_behaviour_they_had():
+    from omegaconf import OmegaConf
+
+    from rlexp.rundirs import with_legacy_defaults
+
+    old = with_legacy_defaults(OmegaConf.create({"env": {"id": "PongNoFrameskip-v4"}, "run": {"max_steps": 10}}))
+    assert old.env.life_loss_terminal is False and old.run.eval_deterministic is True
+    new = with_legacy_defaults(OmegaConf.create({"env": {"life_loss_terminal": True},
+                                                 "run": {"eval_deterministic": False}}))
+    assert new.env.life_loss_terminal is True and new.run.eval_deterministic is False
+    assert "run" not in with_legacy_defaults(OmegaConf.create({"env": {}}))

@@ -108,7 +108,7 @@ class NStepReplayBuffer(ReplayBuffer):
 
     def n_step(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         """For the transitions at `idx`: the return of up to n steps of the same env, stopping at an episode
-        end or the newest transition, the observation after them and the bootstrap discount (gamma^m, 0 after
+        end, a termination (a lost life, with env.life_loss_terminal) or the newest transition, the observation after them and the bootstrap discount (gamma^m, 0 after
         a termination)."""
         data, stride, n, gamma = self.data, self.stride, self.n, self.gamma
         age = (self.index - 1 - idx) % self.max_size  # 0: the newest transition
@@ -119,7 +119,7 @@ class NStepReplayBuffer(ReplayBuffer):
             valid = alive & (age >= k * stride)
             returns += np.where(valid, gamma**k * data["rewards"][slot], 0.0)
             last, taken = np.where(valid, slot, last), taken + valid
-            alive = valid & (data["dones"][slot] == 0)
+            alive = valid & (data["dones"][slot] == 0) & (data["terminated"][slot] == 0)
         discounts = np.where(data["terminated"][last] > 0, 0.0, gamma**taken)
         return dict(n_step_returns=returns.astype(np.float32), n_step_obs=data["next_obs"][last],
                     n_step_discounts=discounts.astype(np.float32))

@@ -129,6 +129,9 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     extra_wrappers = env_wrappers(wrappers, imports)
     if n_envs < 1:
         raise UserError(f"env.n_envs={n_envs} must be at least 1")
+    if life_loss_terminal and not preprocess:
+        raise UserError("env.life_loss_terminal=true flags lost lives of Atari games: set env.preprocess=true too "
+                        "(or env.life_loss_terminal=false)")
     if vectorization not in ("auto", "sync", "async", "vector", "graph", "envpool"):
         raise UserError(f"env.vectorization={vectorization!r} must be 'auto', 'sync', 'async', 'vector', 'graph' "
                         "or 'envpool'")

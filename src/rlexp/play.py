@@ -9,6 +9,7 @@ from pathlib import Path
 import numpy as np
 
 from rlexp.errors import UserError
+from rlexp.wrappers import with_lost_lives
 
 log = logging.getLogger("rlexp")
 
@@ -70,7 +71,7 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
             time.sleep(float(frame_delay))
         actions = agent.act(obs, starts, deterministic)
         obs, rewards, terminated, truncated, info = envs.step(actions)
-        starts = terminated | truncated
+        starts = with_lost_lives(terminated | truncated, info)  # a recurrent state restarts as in training
         if recorder is not None:
             recorder.step(actions, obs, rewards, terminated, truncated, info)
         total += float(rewards[0])

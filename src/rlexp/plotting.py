@@ -13,6 +13,7 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from rlexp.errors import UserError
+from rlexp.rundirs import with_legacy_defaults
 from rlexp.files import write_atomic
 from rlexp.rundirs import flat
 
@@ -56,7 +57,7 @@ def configuration(config: Mapping[str, Any]) -> dict[str, Any]:
 
 def load_run(path: Path) -> Run:
     config_file = path / ".hydra" / "config.yaml"
-    config = OmegaConf.to_container(OmegaConf.load(config_file)) if config_file.exists() else {}
+    config = OmegaConf.to_container(with_legacy_defaults(OmegaConf.load(config_file))) if config_file.exists() else {}
     evaluations = path / "evaluations.parquet"
     return Run(path, config, pd.read_parquet(path / "history.parquet"),
                pd.read_parquet(evaluations) if evaluations.exists() else None)

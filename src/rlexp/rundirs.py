@@ -67,7 +67,7 @@ def stored_config(ckpt: Path, cfg: DictConfig) -> DictConfig:
     stored = Agent.read_state(ckpt).get("config")
     if not stored:
         raise UserError(f"checkpoint {ckpt} has no stored config; it was not written by `python -m rlexp`")
-    merged = OmegaConf.create(stored)
+    merged = with_legacy_defaults(OmegaConf.create(stored))
     for key in ("mode", "play"):
         merged[key] = cfg[key]
     merged.setdefault("run", cfg.run)
@@ -76,6 +76,19 @@ def stored_config(ckpt: Path, cfg: DictConfig) -> DictConfig:
         if key.startswith("run."):
             OmegaConf.update(merged, key, OmegaConf.select(cfg, key), force_add=True)
     return merged
+
+
+# keys that run configs written before them lack, with the behaviour those runs had
+LEGACY_DEFAULTS = {"env.life_loss_terminal": False, "run.eval_deterministic": True}
+
+
+def with_legacy_defaults(config: DictConfig) -> DictConfig:
+    """A stored run config with the keys it predates set to what they meant for it (resume, eval, plot)."""
+    for key, value in LEGACY_DEFAULTS.items():
+        section, name = key.split(".")
+        if section in config and name not in config[section]:
+            OmegaConf.update(config, key, value, force_add=True)
+    return config
 
 
 def task_overrides() -> list[str]:

@@ -51,3 +51,10 @@ class LifeLossInfo(gym.Wrapper):
         info["life_loss"] = lives < self.lives and not (terminated or truncated)
         self.lives = lives
         return obs, reward, terminated, truncated, info
+
+
+def with_lost_lives(flags: np.ndarray, info: dict) -> np.ndarray:
+    """`flags` (terminations, episode starts) with the lost lives a vector env flagged added: training ends
+    the bootstrap there, and a recurrent policy's state restarts there in training and evaluation alike."""
+    life_loss = info.get("life_loss")
+    return flags if life_loss is None else flags | life_loss

@@ -30,6 +30,7 @@ from rlexp.history import History, plot_history
 from rlexp.models import build_model, is_recurrent
 from rlexp.normalize import Normalizer
 from rlexp.progress import Progress
+from rlexp.wrappers import with_lost_lives
 
 log = logging.getLogger("rlexp")
 
@@ -255,7 +256,7 @@ class Agent:
         raise NotImplementedError  # abstract
 
     def policy(self, obs: tf.Tensor) -> tf.Tensor:
-        """Deterministic actions for a batch of observations (used by play and eval)."""
+        """Deterministic actions for a batch of observations (play and eval with run.eval_deterministic)."""
         raise NotImplementedError  # abstract
 
     def sample_policy(self, obs: tf.Tensor, rng: tf.random.Generator) -> tf.Tensor:
@@ -367,6 +368,7 @@ class Agent:
                 self._finished.append((self.steps + int(i) + 1, float(self._episode_returns[i])))
                 self._episode_returns[i] = 0.0
         self.steps += self.n_envs
+        self.episode_ends = dones  # whole episodes (games), also where a lost life ends the bootstrap
         self._raw_obs, self.raw_transition = obs, (np.sign(rewards) if self.clip_rewards else rewards, next_obs)
         same = next_obs is obs
         obs = self.normalizer.obs(obs, update=True).astype(self.obs_dtype, copy=False)
@@ -377,9 +379,7 @@ class Agent:
             rewards = np.sign(rewards)
         if not self.bootstrap_truncation:
             terminated, truncated = dones, np.zeros_like(truncated)
-        life_loss = info.get("life_loss")  # env.life_loss_terminal: no bootstrap there; the game goes on
-        if life_loss is not None:
-            terminated = terminated | life_loss
+        terminated = with_lost_lives(terminated, info)  # env.life_loss_terminal: no bootstrap at a lost life
         return obs, rewards.astype(np.float32), terminated, truncated, next_obs
 
     # ----- stepping a GraphVectorEnv inside a graph -------------------------------------------------
@@ -619,6 +619,8 @@ class Agent:
                        deterministic: bool = True) -> np.ndarray:
         """`policy` (or `sample_policy`) on a batch of (normalised) observations, as NumPy actions."""
         functions = self.__dict__.setdefault("_acting_functions", {})
+        if not deterministic:
+            _ = self.eval_rng  # the generator is made here, outside the graph
         if deterministic not in functions:
             functions[deterministic] = tf.function(
                 self.policy if deterministic else lambda obs: self.sample_policy(obs, self.eval_rng))
@@ -652,8 +654,9 @@ class Agent:
 
     def evaluate(self, envs: gym.vector.VectorEnv, episodes: int, deterministic: bool = True) -> list[float]:
         """Run `episodes` episodes, spread over the given envs (each env's first episodes), with the
-        deterministic policy or (`deterministic=False`) actions drawn from it. Each call starts from the same
-        env seeds and generator state, so evaluations differ only by the weights."""
+        deterministic policy or (`deterministic=False`) actions drawn from it. With a seed, each call starts
+        from the same env seeds and generator state, so evaluations differ only by the weights. A recurrent
+        policy's state restarts at episode starts and lost lives, as in training."""
         n = envs.num_envs
         quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
         returns: list[float] = []
@@ -664,8 +667,8 @@ class Agent:
             self.eval_rng.reset_from_seed(self.eval_seed)
         starts = np.ones(n, bool)
         while (counted < quota).any():
-            obs, rewards, terminated, truncated, _ = envs.step(self.act(obs, starts, deterministic))
-            starts = terminated | truncated
+            obs, rewards, terminated, truncated, info = envs.step(self.act(obs, starts, deterministic))
+            starts = with_lost_lives(terminated | truncated, info)  # a recurrent state restarts as in training
             running += rewards
             for i in np.flatnonzero(terminated | truncated):
                 if counted[i] < quota[i]:

@@ -100,7 +100,8 @@ class DQN(OffPolicyAgent):
 
     @no_autograph
     def sample_policy(self, obs, rng):
-        """Epsilon-greedy with the final exploration rate (SB3's DQN.predict with deterministic=False)."""
+        """Epsilon-greedy with the final exploration rate (SB3's DQN.predict with deterministic=False, once
+        its exploration schedule has ended)."""
         greedy = tf.argmax(self.model(obs), axis=-1)
         n = tf.shape(greedy)[:1]
         randoms = rng.uniform(n, 0, self.n_actions, dtype=tf.int64)

@@ -130,10 +130,10 @@ class OffPolicyAgent(Agent):
         rewards: `normalize_batch` normalises samples with the statistics current at sampling time, as SB3
         does); returns the (normalised) observations to act on next."""
         raw_obs = self._raw_obs.astype(self.obs_dtype, copy=False)  # float64 envs are stored as float32
-        obs, _, terminated, truncated, _ = self.env_step(env_actions)
+        obs, _, terminated, _, _ = self.env_step(env_actions)
         rewards, next_obs = self.raw_transition
         self.buffer.add(raw_obs, stored_actions, rewards, next_obs.astype(self.obs_dtype, copy=False), terminated,
-                        terminated | truncated)
+                        self.episode_ends)
         return obs
 
     def normalize_batch(self, batch: dict[str, np.ndarray]) -> dict[str, np.ndarray]:

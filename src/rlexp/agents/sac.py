@@ -132,7 +132,7 @@ class SAC(OffPolicyAgent):
         """Actions in [-1, 1] drawn from the squashed Gaussian (with `rng`, else `tf_rng`), with their
         log-probabilities (with gSDE, one noise matrix for the whole batch, drawn anew on each call and
         differentiable in the stds)."""
-        rng = rng or self.tf_rng
+        rng = self.tf_rng if rng is None else rng
         if not self.sde:
             mean, log_std = self.mean_log_std(obs)
             return squashed_gaussian(mean, log_std, rng.normal(tf.shape(mean)))
