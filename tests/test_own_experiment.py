@@ -124,15 +124,19 @@ def test_a_sampled_env_kwarg_is_added_with_plus(tmp_path):
 
 def test_evaluation_during_training_keeps_the_best_evaluation_and_a_series(tmp_path):
     result = rlexp(tmp_path, "run.max_steps=8192", "run.eval_interval=2048", "run.eval_episodes=3",
-                   "run.keep_checkpoints=2", "agent.n_steps=64", "run.target_reward=null", "run_dir=outputs/e")
+                   "run.keep_checkpoints=2", "agent.n_steps=64", "run.target_reward=null", "run_dir=outputs/e",
+                   "run.eval_deterministic=false")
     assert result.returncode == 0, result.stderr
+    assert result.stdout.count("over 3 stochastic episodes") == 5, result.stdout  # 4 during training, 1 final
     run = tmp_path / "outputs/e"
     evaluations = pd.read_parquet(run / "evaluations.parquet")
     assert list(evaluations["step"]) == [2048, 4096, 6144, 8192] and set(evaluations["episodes"]) == {3}
     assert sorted(p.name for p in (run / "checkpoints").glob("step_*.ckpt")) == ["step_6144.ckpt", "step_8192.ckpt"]
     assert b"eval/mean_return" in b"".join(p.read_bytes() for p in (run / "tb").iterdir())
     best = rlexp(tmp_path, "mode=eval", f"+checkpoint={run / 'checkpoints/best.ckpt'}", "run.eval_episodes=3")
+    # the run's choice is kept, and the evaluation generator restarts: the best evaluation, exactly
     assert f"eval: {evaluations['mean_return'].max():.2f} ±" in best.stdout, best.stdout + best.stderr
+    assert "over 3 stochastic episodes" in best.stdout
 
 
 def test_init_from_starts_a_new_run_from_a_runs_weights(tmp_path):

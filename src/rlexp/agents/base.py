@@ -567,7 +567,8 @@ class Agent:
         tracker.scalars(self.steps, {"eval/mean_return": row["mean_return"], "eval/std_return": row["std_return"]})
         p = self.display_precision
         log.info(f"eval at step {self.steps:,}: {row['mean_return']:.{p}f} ± {row['std_return']:.{p}f} over "
-                 f"{row['episodes']} episodes" + (" (new best)" if row["improved"] else ""))
+                 f"{row['episodes']} {'' if evaluator.deterministic else 'stochastic '}episodes"
+                 + (" (new best)" if row["improved"] else ""))
         return time.perf_counter() - start
 
     TRACK_EVERY_STEPS = 1000  # env steps between two writes of the training scalars
