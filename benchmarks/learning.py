@@ -57,12 +57,13 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "td3-hopper": (["agent=td3", "env=hopper", "run.max_steps=1e6", "run.target_reward=null"], 2500),
     "sac-halfcheetah": (["agent=sac", "env=halfcheetah", "run.max_steps=1e6", "run.target_reward=null"], 8000),
     "sac-hopper": (["agent=sac", "env=hopper", "run.max_steps=1e6", "run.target_reward=null"], 2500),
-    # PPO Pong at 10M frames (2.5M agent steps); the first two squeeze RL Zoo's schedules into that budget
-    "ppo-pong-fp32": ([*PONG_10M_FRAMES, "run.mixed_precision=false"], 18),
-    "ppo-pong-bf16": ([*PONG_10M_FRAMES, "run.mixed_precision=auto"], 18),  # bfloat16 on a CPU that has it
+    # PPO Pong at 10M frames (2.5M agent steps); the first two squeeze RL Zoo's schedules into that budget; the
+    # first three keep Keras' Adam epsilon (1e-7), the preset's before it took SB3's 1e-5
+    "ppo-pong-fp32": ([*PONG_10M_FRAMES, "run.mixed_precision=false", "agent.opt_epsilon=1e-7"], 18),
+    "ppo-pong-bf16": ([*PONG_10M_FRAMES, "run.mixed_precision=auto", "agent.opt_epsilon=1e-7"], 18),  # bfloat16 here
     # the first 10M frames of RL Zoo's 40M-frame run: its schedules decay over 1e7 steps, not over this budget
-    "ppo-pong-zoo-schedule": ([*PONG_10M_FRAMES, "agent.schedule_steps=1e7"], 18),
-    # the same with SB3's Adam epsilon (1e-5; Keras' default, rlexp's, is 1e-7)
+    "ppo-pong-zoo-schedule": ([*PONG_10M_FRAMES, "agent.schedule_steps=1e7", "agent.opt_epsilon=1e-7"], 18),
+    # the same with SB3's Adam epsilon (the preset's)
     "ppo-pong-zoo-schedule-adam-eps": ([*PONG_10M_FRAMES, "agent.schedule_steps=1e7", "agent.opt_epsilon=1e-5"], 18),
     # Breakout (no tuned preset: the image fallback, RL Zoo's Atari row) over the same first 10M frames, a lost
     # life ending the bootstrap as in RL Zoo; threshold: the human score (30.5) RL's Atari tables normalise by
