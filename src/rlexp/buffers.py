@@ -108,8 +108,8 @@ class NStepReplayBuffer(ReplayBuffer):
 
     def n_step(self, idx: np.ndarray) -> dict[str, np.ndarray]:
         """For the transitions at `idx`: the return of up to n steps of the same env, stopping at an episode
-        end, a termination (a lost life, with env.life_loss_terminal) or the newest transition, the observation after them and the bootstrap discount (gamma^m, 0 after
-        a termination)."""
+        end, a termination (also a lost life, with env.life_loss_terminal) or the newest transition, the
+        observation after them and the bootstrap discount (gamma^m, 0 after a termination)."""
         data, stride, n, gamma = self.data, self.stride, self.n, self.gamma
         age = (self.index - 1 - idx) % self.max_size  # 0: the newest transition
         returns, taken = np.zeros(len(idx)), np.zeros(len(idx), int)

@@ -185,10 +185,8 @@ def eval_kind(cfg: DictConfig) -> str:
 
 
 def deterministic_eval(cfg: DictConfig) -> bool:
-    """run.eval_deterministic as `build_agent` resolved it (a run config from before the key: auto)."""
-    from rlexp.build import resolve_eval_deterministic
-
-    return resolve_eval_deterministic(cfg.run.get("eval_deterministic", "auto"), cfg.env.id)
+    """run.eval_deterministic as `build_agent` resolved and recorded it."""
+    return bool(cfg.run.eval_deterministic)
 
 
 def evaluate(agent, cfg: DictConfig) -> list[float]:
