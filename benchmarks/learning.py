@@ -3,6 +3,8 @@ final weights as `run.eval_deterministic=auto` scores them (deterministic; actio
 
 Usage: python benchmarks/learning.py [CASE ...] [--seeds 0 1 2]   (CASE names: see CASES)
        python benchmarks/learning.py --rescore CASE SEED   (evaluate a recorded row's final weights again)
+       python benchmarks/learning.py --from-log CASE SEED LOG COMMIT   (record a run started by hand, resumed
+       or not: a resumed run's train seconds are its whole training time, from its last checkpoint)
 Each run goes through `python -m rlexp` (run dirs under benchmarks/runs/); prints a Markdown table and
 merges its rows into benchmarks/results/learning.json (a rerun of a case and seed replaces its row; each row
 keeps its date and commit), from which benchmarks/results/learning.md is written.
@@ -17,6 +19,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from current import RESULTS, commit, machine, now, write_table  # noqa: E402
@@ -86,6 +90,7 @@ CASES |= {f"fallback-{agent}-{name}": ([f"agent={agent}", "env=generic", f"env.i
           for name, (env_id, threshold, budgets) in FALLBACK_CHECKS.items() for agent, steps in budgets.items()}
 SUMMARY = re.compile(r"done \((\w+)\): ([\d,]+) steps in ([\d.]+) s \(([\d,]+) steps/s\) \| eval (-?[\d.]+) ± ([\d.]+)"
                      r" over \d+ (stochastic )?episodes.*run dir: (\S+)")
+RESUMED = re.compile(r"^resumed \S+ at step", re.M)
 EVAL = re.compile(r"eval: (-?[\d.]+) ± ([\d.]+) over \d+ (stochastic )?episodes")
 
 
@@ -112,10 +117,19 @@ def parse(case: str, seed: int, stdout: str) -> dict:
     plot = Path(run_dir) / "history.png"
     if plot.exists():  # the curve next to the results table
         shutil.copy(plot, Path(__file__).parent / "plots" / f"{case}_seed{seed}.png")
-    return dict(case=case, seed=seed, steps=int(steps.replace(",", "")), train_s=float(seconds),
-                steps_per_s=int(sps.replace(",", "")), eval_mean=float(mean), eval_std=float(std),
+    steps, seconds, sps = int(steps.replace(",", "")), float(seconds), int(sps.replace(",", ""))
+    if RESUMED.search(stdout):  # the summary counts the last session: the whole run's time is in its checkpoint
+        seconds = whole_train_time(Path(run_dir))
+        sps = round(steps / seconds)
+    return dict(case=case, seed=seed, steps=steps, train_s=round(seconds, 1), steps_per_s=sps, eval_mean=float(mean), eval_std=float(std),
                 policy="stochastic" if stochastic else "deterministic", passed=float(mean) >= threshold,
                 threshold=threshold, run_dir=run_dir)
+
+
+def whole_train_time(run_dir: Path) -> float:
+    """Training seconds over all sessions of a run, from its last checkpoint's state."""
+    with np.load(run_dir / "checkpoints" / "last.ckpt") as data:
+        return float(json.loads(bytes(data["state"]).decode())["train_time"])
 
 
 def rescore(row: dict) -> dict:
