@@ -20,8 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-import numpy as np
-
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from current import RESULTS, commit, machine, now, write_table  # noqa: E402
 
@@ -121,15 +119,17 @@ def parse(case: str, seed: int, stdout: str) -> dict:
     if RESUMED.search(stdout):  # the summary counts the last session: the whole run's time is in its checkpoint
         seconds = whole_train_time(Path(run_dir))
         sps = round(steps / seconds)
-    return dict(case=case, seed=seed, steps=steps, train_s=round(seconds, 1), steps_per_s=sps, eval_mean=float(mean), eval_std=float(std),
+    return dict(case=case, seed=seed, steps=steps, train_s=round(seconds, 1), steps_per_s=sps,
+                eval_mean=float(mean), eval_std=float(std),
                 policy="stochastic" if stochastic else "deterministic", passed=float(mean) >= threshold,
                 threshold=threshold, run_dir=run_dir)
 
 
 def whole_train_time(run_dir: Path) -> float:
     """Training seconds over all sessions of a run, from its last checkpoint's state."""
-    with np.load(run_dir / "checkpoints" / "last.ckpt") as data:
-        return float(json.loads(bytes(data["state"]).decode())["train_time"])
+    from rlexp.agents.base import Agent  # TensorFlow: only for a resumed run's row
+
+    return float(Agent.read_state(run_dir / "checkpoints" / "last.ckpt")["train_time"])
 
 
 def rescore(row: dict) -> dict:
