@@ -1,4 +1,5 @@
-"""Fallback presets for agent+env pairs without a tuned preset: chosen by the env's kind, under the command line."""
+"""Fallback presets for agent+env pairs without a tuned preset: chosen by the env's kind, under the values the
+user set (the command line's, their own presets'), and fitted to recurrent models."""
 import importlib.resources
 
 import pytest
@@ -6,7 +7,8 @@ import yaml
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from rlexp.fallback import fallback_name
+from rlexp import fallback
+from rlexp.fallback import fallback_name, merge_fallback
 from test_cli import rlexp
 
 FALLBACKS = sorted(p.name[:-5] for p in (importlib.resources.files("rlexp.conf") / "fallbacks").iterdir()
@@ -60,3 +62,113 @@ def test_an_untuned_pair_takes_the_fallback_under_the_command_line(tmp_path):
                     "run.eval_episodes=1", "+resume=outputs/a")
     assert resumed.returncode == 0, resumed.stderr
     assert saved(tmp_path / "outputs/a")["agent"]["n_steps"] == 256  # the run keeps its values
+
+
+@pytest.mark.parametrize("name,model,overrides,length", [
+    ("ppo_discrete_vector", "lstm", [], 64),  # 8 envs x 256 steps in 32 minibatches: 32 sequences of 64 steps
+    ("ppo_continuous_vector", "gru", [], 64),  # 4 envs x 512 steps in 32 minibatches: 32 sequences of 64 steps
+    ("ppo_discrete_image", "lstm", [], None),  # 8 whole 128-step rollouts split into 4 minibatches already
+    ("ppo_discrete_vector", "mlp", [], None),  # feed-forward: minibatches of transitions
+    ("ppo_discrete_vector", "lstm", ["agent.n_steps=16"], 4),  # 8 envs x 16 steps: 32 sequences of 4 steps
+    ("ppo_discrete_vector", "lstm", ["agent.sequence_length=128"], 128),  # the user's own: kept (and checked)
+])
+def test_a_recurrent_model_makes_the_fallbacks_minibatches_whole_sequences(name, model, overrides, length):
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["agent=ppo", "env=generic", f"model={model}", *overrides])
+    merged = merge_fallback(cfg, name, overrides, choices={})
+    assert merged.agent.sequence_length == length
+
+
+def test_a_recurrent_ppo_trains_on_an_untuned_env_with_the_fallback(tmp_path):
+    result = rlexp(tmp_path, "agent=ppo", "env=generic", "env.id=Acrobot-v1", "model=lstm", "agent.n_steps=16",
+                   "agent.ppo_epochs=1", "run.max_steps=128", "run.eval_episodes=1", "run_dir=outputs/lstm")
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "using fallbacks/ppo_discrete_vector.yaml" in result.stdout and "agent.sequence_length=4" in result.stdout
+    config = saved(tmp_path / "outputs/lstm")
+    assert config["agent"]["mini_batches"] == 32 and config["env"]["n_envs"] == 8  # the fallback's
+    assert config["agent"]["sequence_length"] == 4  # 16-step rollouts of 8 envs: 32 sequences of 4 steps
+
+
+def test_the_users_own_presets_win_over_the_fallback(tmp_path):
+    tiny = ["agent.n_steps=16", "run.max_steps=128", "run.eval_episodes=1"]
+    conf = tmp_path / "myconf"
+    (conf / "env").mkdir(parents=True)
+    (conf / "env/myenv.yaml").write_text("defaults: [generic]\nid: Acrobot-v1\nn_envs: 4\n")
+    own = rlexp(tmp_path, "--config-dir", "myconf", "env=myenv", *tiny, "run_dir=outputs/own")
+    assert own.returncode == 0, own.stderr[-2000:]
+    config = saved(tmp_path / "outputs/own")
+    assert config["fallback"] == "ppo_discrete_vector" and config["agent"]["mini_batches"] == 32  # the fallback's
+    assert config["env"]["n_envs"] == 4  # the user's env preset's, over the fallback's 8
+
+    shipped = importlib.resources.files("rlexp.conf")
+    (conf / "agent").mkdir()
+    (conf / "env/generic.yaml").write_text((shipped / "env/generic.yaml").read_text())  # an unchanged copy
+    edited = (shipped / "agent/ppo.yaml").read_text().replace("ppo_epochs: 4 ", "ppo_epochs: 3 ")
+    assert "ppo_epochs: 3 " in edited
+    (conf / "agent/ppo.yaml").write_text(edited)
+    copies = rlexp(tmp_path, "--config-dir", "myconf", "env=generic", "env.id=Acrobot-v1", *tiny,
+                   "run_dir=outputs/copies")
+    assert copies.returncode == 0, copies.stderr[-2000:]
+    config = saved(tmp_path / "outputs/copies")
+    assert config["agent"]["ppo_epochs"] == 3  # the value the user changed in their copy
+    assert config["env"]["n_envs"] == 8 and config["agent"]["lr"] == 3e-4  # unchanged copies: the fallback's
+    assert config["agent"]["n_steps"] == 16  # the command line's
+
+
+def test_the_users_agent_base_wins_over_the_fallback(tmp_path):
+    init = rlexp(tmp_path, "mode=init", "+dir=myconf")
+    assert init.returncode == 0, init.stderr[-2000:]
+    base = tmp_path / "myconf/agent_base.yaml"
+    edited = base.read_text().replace("lr: 7.0e-4 ", "lr: 5.0e-4 ")
+    assert "lr: 5.0e-4 " in edited
+    base.write_text(edited)
+    result = rlexp(tmp_path, "--config-dir", "myconf", "env=generic", "env.id=Acrobot-v1", "agent.n_steps=16",
+                   "run.max_steps=128", "run.eval_episodes=1", "run_dir=outputs/base")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "using fallbacks/ppo_discrete_vector.yaml" in result.stdout
+    config = saved(tmp_path / "outputs/base")
+    assert config["agent"]["lr"] == 5e-4  # the user's agent_base.yaml, over the fallback's 3e-4
+    assert config["agent"]["mini_batches"] == 32 and config["env"]["n_envs"] == 8  # the fallback's
+
+
+SHADOWED = "defaults: [/base@_here_]\nlr: 1.0\n"  # an agent preset setting lr after its base
+
+
+@pytest.mark.parametrize("shipped_agent, user_agent, expected", [
+    ("defaults: [/base@_here_]\nsteps: 5\n", None, {"lr", "extra"}),  # the user's base, through a shipped preset
+    (SHADOWED, None, {"extra"}),  # the agent preset's own lr is merged after the base's
+    (SHADOWED, SHADOWED, {"extra"}),  # an unchanged copy of it: the same
+    (SHADOWED, SHADOWED.replace("1.0", "2.0"), {"lr", "extra"}),  # the user changed the agent preset's lr
+    ("defaults: [_self_, /base@_here_]\nlr: 1.0\n", None, {"lr", "extra"}),  # the base merged after it
+    ("defaults: [/base@_here_, /other@_here_]\n", None, {"extra"}),  # the shipped other.yaml sets lr again
+    ("defaults: [/base@model]\n", None, set()),  # merged into another section
+])
+def test_own_keys_follow_the_defaults_in_hydras_order(tmp_path, monkeypatch, shipped_agent, user_agent, expected):
+    shipped = {"base": "lr: 0.1\ngamma: 0.9\n", "other": "lr: 0.3\n", "agent/a": shipped_agent}
+    user = {"base": "lr: 0.2\ngamma: 0.9\nextra: 1\n", **({"agent/a": user_agent} if user_agent else {})}
+    for source, files in (("shipped", shipped), ("user", user)):
+        for name, text in files.items():
+            (tmp_path / source / f"{name}.yaml").parent.mkdir(parents=True, exist_ok=True)
+            (tmp_path / source / f"{name}.yaml").write_text(text)
+
+    def hydra_preset(group, name):  # the user's directory first, as with --config-dir
+        for source, users in (("user", True), ("shipped", False)):
+            if (tmp_path / source / group / f"{name}.yaml").is_file():
+                return tmp_path / source / group / f"{name}.yaml", users
+        return None, False
+
+    monkeypatch.setattr(fallback, "hydra_preset", hydra_preset)
+    monkeypatch.setattr(fallback, "shipped_file", lambda group, name: tmp_path / "shipped" / group / f"{name}.yaml")
+    assert fallback.own_keys("agent", "a") == expected
+
+
+def test_fallback_null_is_none(tmp_path):
+    tiny = ["env=generic", "env.id=Acrobot-v1", "run.eval_episodes=1"]
+    result = rlexp(tmp_path, *tiny, "fallback=null", "run.max_steps=128", "run_dir=outputs/null")
+    assert result.returncode == 0, result.stderr[-2000:]
+    assert "using fallbacks" not in result.stdout
+    config = saved(tmp_path / "outputs/null")
+    assert config["fallback"] == "none" and config["agent"]["n_steps"] == 128  # the agent preset's own
+    resumed = rlexp(tmp_path, *tiny, "run.max_steps=256", "+resume=outputs/null")
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert saved(tmp_path / "outputs/null")["agent"]["n_steps"] == 128

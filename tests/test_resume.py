@@ -4,7 +4,7 @@ import errno
 import numpy as np
 import pytest
 
-from rlexp.agents import DQN, PPO, TD3
+from rlexp.agents import A2C, DQN, PPO, TD3
 from rlexp.agents.base import TrainingDiverged
 from rlexp.buffers import ReplayBuffer
 from rlexp.envs import make_envs
@@ -119,3 +119,27 @@ def test_run_configs_from_before_a_key_keep_the_behaviour_they_had():
                                                  "run": {"eval_deterministic": False}}))
     assert new.env.life_loss_terminal is True and new.run.eval_deterministic is False
     assert "run" not in with_legacy_defaults(OmegaConf.create({"env": {}}))
+
+
+@pytest.mark.parametrize("agent_cls,model", [(PPO, "lstm"), (A2C, "gru")])
+def test_a_resumed_recurrent_run_starts_its_reset_envs_from_zero_states(tmp_path, agent_cls, model):
+    """Resume resets the envs: every env starts an episode, so its recurrent state starts from zero, as in a
+    new run, and not from the state the killed run's last episodes had reached."""
+    def agent():
+        extra = {"mini_batches": 1} if agent_cls is PPO else {}
+        return agent_cls(make_envs("CartPole-v1", n_envs=2, seed=0, vectorization="sync"), model=model, seed=0,
+                         n_steps=8, **extra)
+
+    trained = agent()
+    trained.fit(max_steps=48, progress="none")
+    assert np.abs(trained.rnn_states[0].numpy()).sum() > 0 and not trained.episode_starts.numpy().all()
+    trained.save(tmp_path / "last.ckpt")
+    for resumed in (trained, agent()):  # the run's own agent, and a new process's
+        resumed.load(tmp_path / "last.ckpt")
+        for state in resumed.rnn_states:
+            np.testing.assert_array_equal(state.numpy(), np.zeros(state.shape))
+        np.testing.assert_array_equal(resumed.episode_starts.numpy(), [1.0, 1.0])
+    batch = resumed.collect()  # the first step after resume acts from zero states, flagged as episode starts
+    np.testing.assert_array_equal(batch["starts"].numpy()[0], [1.0, 1.0])
+    for i, state in enumerate(resumed.rnn_states):
+        np.testing.assert_array_equal(batch[f"state_{i}"].numpy()[0], np.zeros(state.shape))

@@ -54,15 +54,23 @@ def thread_counts(run: Any, image_obs: bool, cores: int | None = None) -> tuple[
 
 
 def configure_threads(run: Any, image_obs: bool) -> None:
-    """Set TensorFlow's thread pools (before its first op; a later trial in the same process keeps them)."""
+    """Set TensorFlow's thread pools (before its first op). Once TensorFlow runs in this process (a sweep's
+    earlier trial run in-process, or the Python API) its pools stay as they are: a warning names each count
+    that could not apply and the one in effect."""
     import tensorflow as tf
 
-    inter, intra = thread_counts(run, image_obs)
-    try:
-        tf.config.threading.set_inter_op_parallelism_threads(inter)
-        tf.config.threading.set_intra_op_parallelism_threads(intra)
-    except RuntimeError:  # TensorFlow already started in this process (a sweep's earlier trial)
-        log.debug("TensorFlow's thread pools are already set; keeping them")
+    kept = []
+    for key, pool, count in zip(("tf_inter_threads", "tf_threads"), ("inter_op", "intra_op"),
+                                thread_counts(run, image_obs)):
+        try:
+            getattr(tf.config.threading, f"set_{pool}_parallelism_threads")(count)
+        except RuntimeError:  # TensorFlow started already, with another count
+            in_effect = getattr(tf.config.threading, f"get_{pool}_parallelism_threads")()
+            kept.append(f"run.{key}={count} can't apply, {in_effect or 'all cores (0)'} {pool.replace('_', '-')} "
+                        "threads in effect")
+    if kept:
+        log.warning(f"warning: TensorFlow already runs in this process: {'; '.join(kept)} (a new process, as "
+                    "each trial of a sweep's default launcher, takes the settings)")
 
 
 def agent_class(target: str) -> type:

@@ -1,6 +1,7 @@
 """Defaults that learn where nothing is tuned: an agent+env pair without a conf/tuned/ preset takes
 conf/fallbacks/<agent>_<discrete|continuous>_<vector|image>.yaml (RL Zoo's and SB3's defaults for that kind
-of env), under the command line's own values. `fallback=none` keeps the agent presets' own (xagents') values."""
+of env), under the values the user set: the command line's, and those of their own presets (--config-dir).
+`fallback=none` keeps the agent presets' own (xagents') values."""
 from __future__ import annotations
 
 import importlib.resources
@@ -13,6 +14,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 log = logging.getLogger("rlexp")
 SECTIONS = ("agent", "env", "buffer", "model", "run")
+SHIPPED = ("rlexp.conf", "hydra.conf")  # the config sources of rlexp's own presets and Hydra's
 
 
 def env_kind(env_cfg: Any, seed: int) -> str:
@@ -41,48 +43,170 @@ def preset_exists(group: str, name: str) -> bool:
     whether or not its file exists)."""
     from hydra.core.hydra_config import HydraConfig
 
-    for source in HydraConfig.get().runtime.config_sources:
-        if source.schema == "pkg":
-            module, _, sub = str(source.path).partition("/")
-            try:
-                base = importlib.resources.files(module)
-            except ModuleNotFoundError:
-                continue
-            candidate = (base / sub if sub else base) / group / f"{name}.yaml"
-        elif source.schema == "file":
-            candidate = Path(str(source.path)) / group / f"{name}.yaml"
-        else:
-            continue
-        if candidate.is_file():
-            return True
-    return False
+    return any(source_file(source, group, name) for source in HydraConfig.get().runtime.config_sources)
+
+
+def source_file(source: Any, group: str, name: str) -> Any:
+    """<group>/<name>.yaml in one of Hydra's config sources (a path, or a package resource), or None."""
+    if source.schema == "pkg":
+        module, _, sub = str(source.path).partition("/")
+        try:
+            base = importlib.resources.files(module)
+        except ModuleNotFoundError:
+            return None
+        candidate = (base / sub if sub else base) / group / f"{name}.yaml"
+    elif source.schema == "file":
+        candidate = Path(str(source.path)) / group / f"{name}.yaml"
+    else:
+        return None
+    return candidate if candidate.is_file() else None
 
 
 def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str]) -> DictConfig:
-    """cfg with the fallback preset merged in, when no tuned preset was chosen; the command line's
-    values (`overrides`) win over it."""
+    """cfg with the fallback preset merged in, when no tuned preset was chosen; the user's values (the command
+    line's `overrides`, their own presets') win over it."""
+    if cfg.get("fallback", "auto") is None:
+        with open_dict(cfg):
+            cfg.fallback = "none"  # null is none, saved as such
     tuned = choices.get("tuned")
-    if str(cfg.get("fallback", "auto")) != "auto" or cfg.get("resume") or not choices or (tuned and preset_exists("tuned", tuned)):
+    if str(cfg.get("fallback", "auto")) != "auto" or cfg.get("resume") or not choices or (
+            tuned and preset_exists("tuned", tuned)):
         return cfg
     agent = choices.get("agent") or str(cfg.agent._target_).rsplit(".", 1)[-1].lower()
     name = fallback_name(agent, env_kind(cfg.env, int(cfg.seed)))
     if name is None:
         return cfg
-    merged = merge_fallback(cfg, name, overrides)
+    merged = merge_fallback(cfg, name, overrides, choices)
+    length = merged.agent.get("sequence_length")
+    cut = f"; agent.sequence_length={length}: minibatches of whole sequences" if length != cfg.agent.get(
+        "sequence_length") else ""
     log.info(f"no tuned preset for {agent}+{choices.get('env', cfg.env.id)}: using fallbacks/{name}.yaml "
-             "(RL Zoo's and SB3's defaults; fallback=none keeps the agent's own)")
+             f"(RL Zoo's and SB3's defaults; fallback=none keeps the agent's own){cut}")
     return merged
 
 
-def merge_fallback(cfg: DictConfig, name: str, overrides: list[str]) -> DictConfig:
-    """cfg with conf/fallbacks/<name>.yaml merged in and the command line's values applied again over it."""
+def merge_fallback(cfg: DictConfig, name: str, overrides: list[str], choices: dict[str, str] | None = None
+                   ) -> DictConfig:
+    """cfg with conf/fallbacks/<name>.yaml merged in, then the values the user's own presets of `choices` set
+    and the command line's values applied again over it; a recurrent model's minibatches whole sequences."""
     preset = OmegaConf.load(fallback_path(name))
     preset.pop("defaults", None)
-    merged = OmegaConf.merge(cfg, preset)
+    merged = OmegaConf.merge(cfg, preset, own_values(cfg, choices if choices is not None else hydra_choices()))
     for override in OverridesParser.create().parse_overrides(overrides):
         key = override.get_key_element().lstrip("+~")
         if key.split(".")[0] in SECTIONS and "." in key and not override.is_delete():
             OmegaConf.update(merged, key, override.value(), force_add=True)
     with open_dict(merged):
+        fit_sequences(merged)
         merged.fallback = name
     return merged
+
+
+def hydra_choices() -> dict[str, str]:
+    from rlexp.rundirs import choices
+
+    return choices()
+
+
+# ----- the user's own presets ---------------------------------------------------------------------------
+def hydra_preset(group: str, name: str) -> tuple[Any, bool]:
+    """The file Hydra reads for <group>/<name>.yaml (None where there is none), and whether it is the user's own
+    (from --config-dir) rather than a shipped one."""
+    from hydra.core.hydra_config import HydraConfig
+
+    if not HydraConfig.initialized():
+        return None, False
+    for source in HydraConfig.get().runtime.config_sources:
+        found = source_file(source, group, name)
+        if found is not None:
+            return found, not (source.schema == "pkg" and str(source.path) in SHIPPED)
+    return None, False
+
+
+def parent_preset(group: str, entry: Any) -> tuple[str, str] | None:
+    """(group, name) of a `defaults` entry of a <group> preset that merges another preset into the same section:
+    `name` (or `name@_here_`) of that group, or `/other/group/name@_here_` (`/name@_here_` at the top level)."""
+    if not isinstance(entry, str) or entry == "_self_" or " " in entry.strip():
+        return None
+    path, _, package = entry.strip().partition("@")
+    if path.startswith("/") and package == "_here_":
+        parent_group, _, name = path[1:].rpartition("/")
+        return parent_group, name
+    if not path.startswith("/") and "/" not in path and package in ("", "_here_"):
+        return group, path
+    return None
+
+
+def own_keys(group: str, name: str) -> set[str]:
+    """Keys of <group>/<name>.yaml whose composed value is one the user set: a user's own preset (that one, or
+    one it starts from through `defaults`) sets it differently from the shipped preset of that name (or the
+    shipped one lacks it), and no preset merged after it sets it again. An unchanged copy from `mode=init`
+    sets none."""
+    return preset_keys(group, name, frozenset())[1]
+
+
+def preset_keys(group: str, name: str, seen: frozenset[str]) -> tuple[set[str], set[str]]:
+    """(the keys <group>/<name>.yaml and the presets it starts from set, those of them own_keys counts), in
+    Hydra's order: each `defaults` entry, then the preset's own values (`_self_`, last unless placed)."""
+    path, users = hydra_preset(group, name)
+    if path is None or f"{group}/{name}" in seen:
+        return set(), set()
+    preset = OmegaConf.to_container(OmegaConf.load(path))
+    if not isinstance(preset, dict):
+        return set(), set()
+    defaults = preset.get("defaults")
+    entries = list(defaults) if isinstance(defaults, list) else []
+    entries += [] if "_self_" in entries else ["_self_"]
+    every, own = set(), set()
+    for entry in entries:
+        if entry == "_self_":
+            sets, mine = set(preset) - {"defaults"}, changed_keys(group, name, preset) if users else set()
+        elif (parent := parent_preset(group, entry)) is not None:
+            sets, mine = preset_keys(*parent, seen | {f"{group}/{name}"})
+        else:
+            continue
+        every, own = every | sets, (own - sets) | mine
+    return every, own
+
+
+def shipped_file(group: str, name: str) -> Any:
+    """rlexp's own <group>/<name>.yaml (which may not exist)."""
+    return importlib.resources.files("rlexp.conf") / group / f"{name}.yaml"
+
+
+def changed_keys(group: str, name: str, preset: dict) -> set[str]:
+    """Keys of `preset` absent from, or set differently in, the shipped <group>/<name>.yaml."""
+    shipped_path = shipped_file(group, name)
+    shipped = OmegaConf.to_container(OmegaConf.load(shipped_path)) if shipped_path.is_file() else {}
+    return {key for key, value in preset.items() if key != "defaults" and (key not in shipped or shipped[key] != value)}
+
+
+def own_values(cfg: DictConfig, choices: dict[str, str]) -> DictConfig:
+    """{group: {key: composed value}} for the keys the user's own presets of the chosen options set."""
+    values = {}
+    for group in SECTIONS:
+        if group in choices and group in cfg:
+            keys = own_keys(group, choices[group]) & set(cfg[group].keys())
+            if keys:
+                values[group] = {key: cfg[group][key] for key in sorted(keys)}
+    return OmegaConf.create(values)
+
+
+# ----- recurrent models -----------------------------------------------------------------------------------
+def fit_sequences(cfg: DictConfig) -> None:
+    """With a recurrent model, minibatches are whole sequences (see OnPolicyAgent's sequence_length): when
+    agent.sequence_length is unset and the rollout's n_envs sequences don't split into agent.mini_batches,
+    cut each env's rollout into the longest sequences that do (the fallbacks' minibatches of 64 transitions
+    become one 64-step sequence each, as sb3-contrib's RecurrentPPO takes 64 consecutive steps)."""
+    agent = cfg.agent
+    if "mini_batches" not in agent or "sequence_length" not in agent or agent.sequence_length is not None:
+        return
+    if not any(layer.get("type") in ("lstm", "gru") for layer in cfg.model.get("layers") or []):
+        return  # (rlexp.models.is_recurrent, without importing Keras before TensorFlow is set up)
+    n_steps, n_envs, mini_batches = int(agent.n_steps), int(cfg.env.n_envs), int(agent.mini_batches)
+    if mini_batches < 1 or (n_envs % mini_batches == 0):
+        return
+    fits = [length for length in range(n_steps, 0, -1) if n_steps % length == 0
+            and (n_steps // length * n_envs) % mini_batches == 0]
+    if fits:
+        agent.sequence_length = fits[0]

@@ -25,7 +25,8 @@ class NumpyModel:
     """Evaluates a Keras functional model made of Dense/Flatten/Rescaling layers with NumPy.
 
     Call it with the model's weights (arrays, in `model.weights` order) and a batch of inputs; it returns
-    the list of outputs. `NumpyModel.mirror(model)` returns None for a model it can't evaluate.
+    the list of outputs. `NumpyModel.mirror(model)` returns None for a model it can't evaluate, or can't
+    evaluate in the precision it computes in (layers of a mixed-precision policy compute in 16 bits).
     """
 
     def __init__(self, steps: list[tuple[Any, ...]], input_id: int, output_ids: list[int]) -> None:
@@ -41,6 +42,8 @@ class NumpyModel:
             kind = type(op).__name__
             if kind == "InputLayer":
                 continue
+            if getattr(op, "compute_dtype", "float32") != "float32":  # 16-bit compute: NumPy would act in float32
+                return None
             node = op._inbound_nodes[0]
             if len(node.input_tensors) != 1 or len(node.output_tensors) != 1:
                 return None

@@ -41,12 +41,27 @@ def filtered_stderr() -> Iterator[None]:
 
 
 _started = False
+_deferred = False
+
+
+@contextmanager
+def start_deferred() -> Iterator[None]:
+    """While it lasts, `import_tensorflow` imports without starting (no devices listed, no cuInit, thread
+    pools still unset), whatever its caller asks: for a process that will fork (the sweep launcher's
+    forkserver) while it imports modules that start TensorFlow on import."""
+    global _deferred
+    previous, _deferred = _deferred, True
+    try:
+        yield
+    finally:
+        _deferred = previous
 
 
 def import_tensorflow(start: bool = True) -> None:
     """Import TensorFlow and Keras and (with `start`) enumerate devices, which calls cuInit, quietly, once per
-    process. A process that will fork (the sweep launcher's forkserver) imports without starting."""
+    process. A process that will fork imports without starting (`start=False`, or under `start_deferred`)."""
     global _started
+    start = start and not _deferred
     if _started or (not start and "tensorflow" in sys.modules):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
