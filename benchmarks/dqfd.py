@@ -2,8 +2,9 @@
 
 Usage: python benchmarks/dqfd.py [--seeds 0 1 2] [--episodes 20]
 Per seed: trains a PPO expert (the default command), records `--episodes` of its episodes with
-`mode=play +demo_dir`, trains DQfD from them and DQN without them (both stop at a mean return of 475 or 50k
-steps), and reads each run's history. Writes benchmarks/results/dqfd.md and benchmarks/plots/dqfd-vs-dqn-cartpole.png.
+`mode=play +demo_dir`, trains DQfD from them (prioritized replay, the default, and uniform replay) and DQN
+without them (uniform and prioritized replay; all stop at a mean return of 475 or 50k steps), and reads each
+run's history. Writes benchmarks/results/dqfd.md and benchmarks/plots/dqfd-vs-dqn-cartpole.png.
 """
 from __future__ import annotations
 
@@ -12,6 +13,7 @@ import re
 import shutil
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pandas as pd
@@ -21,6 +23,12 @@ from current import write_table  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RUN_DIR = re.compile(r"run dir: (\S+)")
+RUNS = {  # label: agent and options (besides the seed and the demonstrations)
+    "dqfd": ["agent=dqfd"],
+    "dqfd uniform": ["agent=dqfd", "buffer=dqfd_uniform"],
+    "dqn": ["agent=dqn"],
+    "dqn prioritized": ["agent=dqn", "buffer=prioritized"],
+}
 
 
 def rlexp(cwd: Path, *args: str) -> str:
@@ -47,13 +55,14 @@ def main() -> None:
     work = HERE / "runs" / "dqfd"
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    rows, curves = [], {}
+    rows, curves, start = [], {}, time.perf_counter()
     for seed in opts.seeds:
         expert = RUN_DIR.search(rlexp(work, f"seed={seed}")).group(1)
         demos = work / f"demos_seed{seed}"
         rlexp(work, "mode=play", f"+checkpoint={expert}", f"play.episodes={opts.episodes}", f"+demo_dir={demos}")
-        for agent, extra in (("dqfd", [f"agent.demos={demos}"]), ("dqn", [])):
-            stdout = rlexp(work, f"agent={agent}", "env=cartpole", f"seed={seed}", *extra)
+        for agent, options in RUNS.items():
+            extra = [f"agent.demos={demos}"] if agent.startswith("dqfd") else []
+            stdout = rlexp(work, *options, "env=cartpole", f"seed={seed}", *extra)
             history = pd.read_parquet(Path(RUN_DIR.search(stdout).group(1)) / "history.parquet")
             curves[(agent, seed)] = history
             eval_mean = re.search(r"eval (-?[\d.]+)", stdout).group(1)
@@ -71,7 +80,13 @@ def main() -> None:
     note = (f"DQfD learns from {opts.episodes} episodes of a PPO expert (the default command, then `mode=play "
             f"play.episodes={opts.episodes} +demo_dir=...`), recorded in Minari's format; DQN and DQfD use the same "
             "network ([256, 256]) and replay settings (conf/tuned/dqn_cartpole.yaml, conf/tuned/dqfd_cartpole.yaml); "
-            "DQfD's 10k pre-training steps use no env steps. Curves: benchmarks/plots/dqfd-vs-dqn-cartpole.png.\n\n")
+            "DQfD's 10k pre-training steps use no env steps, and its updates start at the first env step. `dqfd`: "
+            "its default prioritized replay (conf/buffer/dqfd.yaml: demonstrations and own transitions in one "
+            "buffer, the paper's alpha 0.4, beta 0.6, epsilon 0.001, demonstration bonus 1.0); `dqfd uniform`: "
+            "`buffer=dqfd_uniform` (20% demonstrations per batch; own transitions join once 1,000 are held); "
+            "`dqn prioritized`: `buffer=prioritized` (alpha 0.6, beta 0.4). "
+            f"The whole benchmark took {(time.perf_counter() - start) / 60:.0f} min. "
+            "Curves: benchmarks/plots/dqfd-vs-dqn-cartpole.png.\n\n")
     print(write_table("dqfd", "DQfD vs DQN on CartPole-v1", note + "\n".join(lines)))
 
 
@@ -82,10 +97,11 @@ def plot(curves: dict, path: Path) -> None:
     import matplotlib.pyplot as plt
 
     fig, ax = plt.subplots(figsize=(7, 4))
-    colors = {"dqfd": "tab:blue", "dqn": "tab:orange"}
+    colors = dict(zip(RUNS, ("tab:blue", "tab:cyan", "tab:orange", "tab:red")))
     for (agent, seed), history in curves.items():
+        label = agent.replace("dqfd", "DQfD").replace("dqn", "DQN")
         ax.plot(history["step"], history["mean_reward"], color=colors[agent], alpha=0.8,
-                label=agent.upper().replace("DQFD", "DQfD") if seed == min(s for a, s in curves if a == agent) else None)
+                label=label if seed == min(s for a, s in curves if a == agent) else None)
     ax.axhline(475, color="gray", linestyle=":", linewidth=1)
     ax.set_xlabel("env steps")
     ax.set_ylabel("mean return (last 100 episodes)")

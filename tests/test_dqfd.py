@@ -1,5 +1,6 @@
 """DQfD: the large-margin loss, n-step returns of demonstrations and of the replay, the demonstration share
-of each batch, and Minari datasets recorded and checked."""
+of each batch, prioritized replay, updates from the first env step, its log lines, and Minari datasets
+recorded and checked."""
 import gymnasium as gym
 import numpy as np
 import pytest
@@ -7,7 +8,7 @@ import tensorflow as tf
 
 from rlexp.agents import DQfD
 from rlexp.agents.dqfd import large_margin_loss
-from rlexp.buffers import NStepReplayBuffer
+from rlexp.buffers import NStepReplayBuffer, PrioritizedNStepReplayBuffer, PrioritizedReplayBuffer
 from rlexp.demos import DemoRecorder, load_demonstrations, n_step_targets
 from rlexp.envs import make_envs
 from rlexp.errors import UserError
@@ -136,3 +137,81 @@ def test_resumed_n_step_returns_stop_at_the_restart():
 def test_dqfd_refuses_normalised_or_clipped_learning_from_raw_demonstrations(key):
     with pytest.raises(UserError, match=f"{key}=true is not supported by DQfD"):
         DQfD(make_envs("CartPole-v1", n_envs=1, seed=0), demos="anywhere", **{key: True})
+
+
+def small_dqfd(demos, buffer, **kwargs):
+    return DQfD(make_envs("CartPole-v1", n_envs=1, seed=0, vectorization="sync"), buffer=buffer, seed=0,
+                demos=str(demos), pretrain_steps=50, train_freq=10, gradient_steps=2, **kwargs)
+
+
+@pytest.mark.parametrize("prioritized", [True, False])
+def test_updates_follow_the_first_env_steps_after_pretraining(tmp_path, prioritized):
+    """The demonstrations fill the replay: no wait for initial_size (1000) own transitions."""
+    record_cartpole_demos(tmp_path, episodes=1)
+    cls = PrioritizedNStepReplayBuffer if prioritized else NStepReplayBuffer
+    agent = small_dqfd(tmp_path, cls(max_size=2000, initial_size=1000, batch_size=8))
+    agent.max_steps = 1000
+    agent.train_iteration()  # pre-training
+    assert agent.steps == 0 and int(agent.optimizer.iterations) == 50
+    agent.train_iteration()
+    assert agent.steps == 10 and int(agent.optimizer.iterations) == 52 and agent.first_update_step() == 0
+    if prioritized:  # demonstrations and own transitions share the buffer; demonstrations with the bonus
+        assert agent.buffer.held == len(agent.demos) + 10 and agent.buffer.offset == len(agent.demos)
+        demo_leaves = agent.buffer.tree.leaves(np.arange(len(agent.demos)))
+        updated = demo_leaves[demo_leaves != 1.0]  # 1: the initial priority, of those not drawn yet
+        assert len(updated) > 50 and updated.min() >= (1.0 + 1e-3) ** 0.4  # |TD error| + eps + demo bonus
+        assert set(agent.buffer.sample(200)["expert"]) == {0.0, 1.0}
+    else:  # demonstrations only until the replay holds initial_size transitions
+        np.testing.assert_array_equal(agent.mixed_batches(2)["expert"], np.ones(16))
+
+
+def test_dqfd_defaults_to_prioritized_replay(tmp_path):
+    agent = DQfD(make_envs("CartPole-v1", n_envs=1, seed=0), demos=str(tmp_path))
+    assert type(agent.buffer) is PrioritizedNStepReplayBuffer and agent.prioritized
+    with pytest.raises(UserError, match="buffer=dqfd .* or buffer=dqfd_uniform"):
+        DQfD(make_envs("CartPole-v1", n_envs=1, seed=0), demos=str(tmp_path), buffer=PrioritizedReplayBuffer())
+
+
+def test_importance_weights_scale_every_per_row_loss(tmp_path):
+    record_cartpole_demos(tmp_path, episodes=1)
+    agent = small_dqfd(tmp_path, NStepReplayBuffer(max_size=100, batch_size=8), l2_weight=0.0)
+    batch = {k: tf.constant(v) for k, v in agent.demo_batch(8).items()}
+    _, plain = agent.dqfd_loss(batch)
+    _, doubled = agent.dqfd_loss(batch | {"weights": tf.fill([8], 2.0)})
+    for key in ("td_loss", "n_step_loss", "supervised_loss", "loss"):
+        assert float(doubled[key]) == pytest.approx(2 * float(plain[key]), rel=1e-6), key
+    np.testing.assert_allclose(doubled["td_errors"].numpy(), plain["td_errors"].numpy())
+
+
+def test_pretraining_and_the_loaded_demonstrations_are_logged(tmp_path, caplog):
+    import logging
+
+    record_cartpole_demos(tmp_path, episodes=2)
+    agent = small_dqfd(tmp_path, PrioritizedNStepReplayBuffer(max_size=100, batch_size=8))
+    with caplog.at_level(logging.INFO, logger="rlexp"):
+        metrics = agent.train_iteration()
+    lines = [r.getMessage() for r in caplog.records]
+    n = len(agent.demos)
+    assert f"demonstrations: {n:,} transitions of 2 episode(s) from {tmp_path} (demo_memory_capacity=10,000)" in lines
+    (pretraining,) = [line for line in lines if line.startswith("pre-training:")]
+    assert pretraining == (f"pre-training: 50 gradient steps on the demonstrations; loss {metrics['loss']:.4g} "
+                           f"(supervised {metrics['supervised_loss']:.4g}), mean of the last 50")
+
+
+def test_a_resumed_prioritized_run_keeps_the_priorities_of_demonstrations_and_own_transitions(tmp_path):
+    record_cartpole_demos(tmp_path / "demos", episodes=1)
+    agent = small_dqfd(tmp_path / "demos", PrioritizedNStepReplayBuffer(max_size=2000, batch_size=8))
+    agent.max_steps = 1000
+    agent.train_iteration(), agent.train_iteration()
+    agent.save(tmp_path / "last.ckpt")
+    held, saved = agent.buffer.held, agent.buffer.tree.leaves(np.arange(agent.buffer.held))
+    assert len(np.unique(saved)) > 50
+    resumed = small_dqfd(tmp_path / "demos", PrioritizedNStepReplayBuffer(max_size=2000, batch_size=8))
+    resumed.load(tmp_path / "last.ckpt")
+    assert resumed.pretrained and resumed.buffer.size == 10 and resumed.buffer.held == 10  # demonstrations: later
+    assert len(resumed.demos) == len(agent.demos)  # loaded (by a resumed run's first update phase)
+    assert resumed.buffer.held == held and resumed.buffer.max_priority == agent.buffer.max_priority
+    np.testing.assert_array_equal(resumed.buffer.tree.leaves(np.arange(held)), saved)
+    resumed.max_steps = 1000
+    resumed.train_iteration()
+    assert resumed.steps == 20 and int(resumed.optimizer.iterations) == 54

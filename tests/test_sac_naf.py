@@ -156,3 +156,26 @@ def test_sac_gsde_log_prob_and_noise_held_between_draws():
     matrix = agent.sde_noise.numpy()[0]
     np.testing.assert_allclose(third, np.tanh(np.clip(mean[:1], -2, 2) + features[:1] @ matrix), rtol=1e-5)
     assert set(agent.resume_variables()) == {"sde_noise", "sde_steps"} and "log_std" in agent.extra_variables()
+
+
+def test_sac_preset_warms_up_with_learning_starts_random_steps_as_sb3():
+    """conf/buffer/sac.yaml (SB3: learning_starts=100, batch_size=256): 100 random-action steps, then the policy
+    acts and an update follows every env step from the 101st, on batches drawn from the transitions held."""
+    from hydra import compose, initialize_config_module
+    from hydra.utils import instantiate
+
+    import rlexp.main  # noqa: F401 - registers rlexp's Hydra plugins
+
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        buffer = instantiate(compose(config_name="config", overrides=["agent=sac", "env=pendulum"]).buffer)
+    assert (buffer.initial_size, buffer.batch_size) == (100, 256)
+    agent = SAC(make_envs("Pendulum-v1", n_envs=1, seed=0, vectorization="sync"), model="mlp", buffer=buffer, seed=0)
+    random_steps = []
+    draw = agent.random_actions
+    agent.random_actions = lambda: random_steps.append(1) or draw()
+    agent.max_steps = 250
+    agent.train_iteration()
+    assert len(random_steps) == agent.steps == buffer.size == 100 and int(agent.updates.numpy()) == 0
+    while agent.steps < 250:
+        agent.train_iteration()
+    assert len(random_steps) == 100 and int(agent.updates.numpy()) == 150

@@ -42,11 +42,16 @@ class DQN(OffPolicyAgent):
         grad_norm: global gradient-norm clip (None: off).
         numpy_acting: collect with a NumPy mirror of an MLP Q-network (about half the cost per env step
             of a graph step, same transitions bit for bit; CNNs always act in TensorFlow).
+
+    With a `PrioritizedReplayBuffer` (buffer=prioritized), the Huber loss of each sampled transition is
+    weighted by its importance-sampling weight, and its |TD error| sets its new priority once the update
+    phase's `gradient_steps` updates are done.
     """
 
     action_spaces = ("discrete",)
     metric_names = ("loss",)
     random_warmup = False
+    prioritized_replay = True
     default_models = {"image": "nature_cnn", "vector": "mlp_large"}  # RL Zoo's net_arch [256, 256]
 
     def __init__(self, envs, model=None, buffer=None, *, double: bool = False, epsilon_start: float = 1.0,
@@ -138,25 +143,53 @@ class DQN(OffPolicyAgent):
 
     # ----- update ---------------------------------------------------------------------------------
     @no_autograph
-    def loss(self, obs, actions, rewards, next_obs, terminated):
-        """Huber loss between Q(s, a) and the (Double) DQN target."""
+    def td_errors(self, obs, actions, rewards, next_obs, terminated) -> tf.Tensor:
+        """Q(s, a) minus the (Double) DQN target, per row."""
         next_q_target = self.target(next_obs)
         next_q_online = self.model(next_obs) if self.double else None
         targets = tf.stop_gradient(q_targets(rewards, terminated, next_q_target, self.gamma, next_q_online))
         taken = tf.one_hot(tf.cast(actions, tf.int32), self.n_actions)  # Q(s, a): fewer ops than a gather
-        return tf.reduce_mean(huber(tf.reduce_sum(self.model(obs) * taken, axis=-1) - targets))
+        return tf.reduce_sum(self.model(obs) * taken, axis=-1) - targets
+
+    @no_autograph
+    def loss(self, obs, actions, rewards, next_obs, terminated, weights=None):
+        """Huber loss between Q(s, a) and the (Double) DQN target: the mean, or with importance-sampling
+        `weights` the mean of the weighted per-row losses."""
+        return self._loss_and_errors(obs, actions, rewards, next_obs, terminated, weights)[0]
+
+    @no_autograph
+    def _loss_and_errors(self, obs, actions, rewards, next_obs, terminated, weights=None):
+        errors = self.td_errors(obs, actions, rewards, next_obs, terminated)
+        losses = huber(errors)
+        return tf.reduce_mean(losses if weights is None else weights * losses), errors
 
     @no_autograph
     def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
         """One gradient step on the Huber loss (clipped to `grad_norm`)."""
+        return {"loss": self._update(obs, actions, rewards, next_obs, terminated)[0]}
+
+    @no_autograph
+    def update_batch(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        """`update_step` on a batch; with importance-sampling `weights` in it, a weighted one that also
+        returns the rows' `td_errors`."""
+        keys = ("obs", "actions", "rewards", "next_obs", "terminated")
+        loss, errors = self._update(*(batch[k] for k in keys), batch.get("weights"))
+        return {"loss": loss} | ({"td_errors": errors} if "weights" in batch else {})
+
+    @no_autograph
+    def _update(self, obs, actions, rewards, next_obs, terminated, weights=None) -> tuple[tf.Tensor, tf.Tensor]:
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
-            loss = self.loss(obs, actions, rewards, next_obs, terminated)
+            loss, errors = self._loss_and_errors(obs, actions, rewards, next_obs, terminated, weights)
         grads = tape.gradient(loss, variables)
         if self.grad_norm is not None:
             grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
         self.optimizer.apply_gradients(zip(grads, variables))
-        return {"loss": loss}
+        return loss, errors
+
+    def can_learn(self) -> bool:
+        """Whether this iteration's env steps are followed by an update phase."""
+        return self.buffer.ready
 
     def train_iteration(self) -> dict[str, float]:
         if self._mirror is not None:
@@ -164,7 +197,7 @@ class DQN(OffPolicyAgent):
         else:
             self._collect_fn(tf.convert_to_tensor(self._obs), tf.constant(self.epsilon, tf.float32))
         metrics = {"epsilon": self.epsilon}
-        if self.buffer.ready and self.gradient_steps > 0:
+        if self.can_learn() and self.gradient_steps > 0:
             if self.steps - self.last_sync >= self.target_sync_steps:
                 self._sync_fn()
                 self.last_sync = self.steps
