@@ -230,6 +230,13 @@ def test_seeds_per_trial_are_aggregated_and_the_best_confirmed_on_fresh_seeds(tm
     best = (folder / "tuned" / "best.yaml").read_text()
     assert f"trial {winner}, confirmed mean" in best and f"lr: {done[winner].params['agent.lr']}" in best
     assert "confirmed best: trial" in result.stdout
+    logs = folder / ".launcher"  # each job's console output in its own file: the search's, the confirmation's
+    confirmations = [f"trial_{t}_seed_{s}" for t in (0, 1) for s in (10005, 10006)]
+    assert sorted(p.stem for p in logs.glob("*.out")) == sorted([f"job_{n}" for n in range(4)]
+                                                                + [f"confirm_{name}" for name in confirmations])
+    assert all("confirm" not in (logs / f"job_{n}.out").read_text() for n in range(4))
+    for name in confirmations:
+        assert f"-> {folder}/confirm/{name}\n" in (logs / f"confirm_{name}.out").read_text()
 
 
 def test_a_seed_list_next_to_a_sampled_parameter_is_refused(tmp_path):
@@ -323,3 +330,218 @@ def test_sweep_presets_compose_and_parse(preset, agent):
     for key in c.hydra.sweeper.params:  # every searched key exists in the composed config
         section, name = key.split(".")
         assert name in c[section], key
+
+
+# ----- settings and the confirmation round without training ----------------------------------------------
+@pytest.mark.parametrize("override,message", [
+    ("hydra.sweeper.n_trials=0", "hydra.sweeper.n_trials=0: use a whole number of 1 or more"),
+    ("hydra.sweeper.n_trials=abc", "hydra.sweeper.n_trials=abc: use a whole number of 1 or more"),
+    ("hydra.sweeper.seeds_per_trial=0", "hydra.sweeper.seeds_per_trial=0: use a whole number of 1 or more"),
+    ("hydra.sweeper.n_jobs=0", "hydra.sweeper.n_jobs=0: use a whole number of 1 or more"),
+    ("hydra.sweeper.warmup_steps=-5", "hydra.sweeper.warmup_steps=-5: use a whole number of 0 or more"),
+    ("hydra.sweeper.heartbeat_interval=0", "hydra.sweeper.heartbeat_interval=0: use a whole number of 1 or more"),
+    ("hydra.sweeper.confirm=3", "hydra.sweeper.confirm=3: use {top_k: 3, seeds: 5}"),
+    ("hydra.sweeper.max_failure_rate=2", "hydra.sweeper.max_failure_rate=2: use a fraction from 0 to 1"),
+    ("hydra.sweeper.pruner=foo", "hydra.sweeper.pruner=foo is unknown; use median | none"),
+    ("hydra.sweeper.params=5", "hydra.sweeper.params=5: use a mapping of keys to sweeps"),
+    ("+hydra.sweeper.sampler.foo=1", "hydra.sweeper.sampler (optuna.samplers.TPESampler): TypeError"),
+    ("hydra.launcher.start_method=fork", "hydra.launcher.start_method=fork: use forkserver or spawn"),
+])
+def test_a_wrong_sweeper_setting_is_one_line_before_anything_is_written(tmp_path, override, message):
+    assert_refused(tmp_path, ["agent.lr=1e-3,3e-3", override], message)
+
+
+@pytest.mark.parametrize("overrides,message", [
+    (["agent.lr=1e-3,3e-3", "run.eval_episodes=0"], "run.eval_episodes=0: hydra.sweeper.objective=final_eval scores "
+     "each trial by its evaluation episodes; set run.eval_episodes to 1 or more (e.g. run.eval_episodes=10)"),
+    (["agent.lr=1e-3,3e-3", "run.eval_episodes=0", "run.eval_interval=64", "hydra.sweeper.objective=auc"],
+     "run.eval_episodes=0: hydra.sweeper.objective=auc scores each trial by its evaluation episodes"),
+    (["agent=ppo,ppp"], "error: agent=ppp: Could not find 'agent/ppp' (no such preset); did you mean agent=ppo? "
+     "agent presets: a2c, "),
+    (["agent=dqn,ppo", "agent.n_steps=64"], "error: agent=dqn: agent.n_steps: no such setting"),
+])
+def test_a_sweep_with_trials_bound_to_fail_is_one_line_before_anything_is_written(tmp_path, overrides, message):
+    """No evaluation episodes to score a trial by, or an option of a swept group that its trials can't compose."""
+    assert_refused(tmp_path, overrides, message)
+
+
+def assert_refused(cwd, overrides, message):
+    result = rlexp(cwd, "-m", *overrides, timeout=120)
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert result.stderr.strip().splitlines() == [result.stderr.strip()] and message in result.stderr, result.stderr
+    assert list(cwd.iterdir()) == []  # no multirun/<study>, no optuna.db
+
+
+SETTINGS = dict(sampler={"_target_": "optuna.samplers.RandomSampler", "seed": 0}, direction="maximize",
+                directions=None, objective="final_eval", last_evals=3, seeds_per_trial=1, aggregate="mean",
+                confirm=None, storage=None, study_name="s", n_trials=2, n_jobs=2, max_failure_rate=0.5, params=None,
+                pruner="median", warmup_trials=5, warmup_steps=0, reports=10, heartbeat_interval=10, grace_period=60)
+
+
+@pytest.mark.parametrize("key,value,message", [
+    ("n_trials", -3, "n_trials=-3: use a whole number of 1 or more"),
+    ("n_trials", 2.5, "n_trials=2.5: use a whole number of 1 or more"),
+    ("seeds_per_trial", -1, "seeds_per_trial=-1: use a whole number of 1 or more"),
+    ("last_evals", 0, "last_evals=0: use a whole number of 1 or more"),
+    ("reports", 0, "reports=0: use a whole number of 1 or more"),
+    ("warmup_trials", -1, "warmup_trials=-1: use a whole number of 0 or more"),
+    ("grace_period", 5, "grace_period=5: use more than hydra.sweeper.heartbeat_interval (10), e.g. 60"),
+    ("aggregate", "median", "aggregate=median is unknown; use mean | iqm"),
+    ("objective", "foo", "objective=foo is unknown; use final_eval | mean_last_evals | auc"),
+    ("direction", "up", "direction=up is unknown; use maximize | minimize"),
+    ("directions", ["maximize", "maximize"], "directions=['maximize', 'maximize']: use [maximize,minimize]"),
+    ("confirm", {"top_k": -1}, "confirm.top_k=-1: use a whole number of 1 or more"),
+    ("confirm", {"top": 2}, "confirm={'top': 2}: use {top_k: 3, seeds: 5}"),
+    ("max_failure_rate", "abc", "max_failure_rate=abc: use a fraction from 0 to 1"),
+    ("storage", "", "storage=: use sqlite:///path/optuna.db"),
+    ("study_name", "a/b", "study_name=a/b: use a name without /"),
+    ("study_name", "", "study_name=: use a name without /"),
+    ("sampler", "foo", "sampler=foo: pick one with hydra/sweeper/sampler=tpe|random|cmaes|nsgaii|qmc"),
+    ("sampler", {"_target_": "optuna.samplers.TPESampler", "seed": "abc"}, "sampler.seed=abc: use a whole number"),
+    ("sampler", {"_target_": "optuna.samplers.TPESampler", "n_startup_trials": -1}, "n_startup_trials=-1: use a"),
+    ("sampler", {"_target_": "optuna.samplers.TPESampler", "multivariate": "yes"}, "multivariate=yes: use true or"),
+    ("sampler", {"_target_": "optuna.samplers.NSGAIISampler", "population_size": 1}, "population_size=1: use a whole"),
+    ("sampler", {"_target_": "optuna.samplers.QMCSampler", "qmc_type": "xx"}, "ValueError: The `qmc_type='xx'`"),
+    ("bogus", 1, "hydra.sweeper.bogus is not a setting of rlexp's sweeper; use one of aggregate, confirm,"),
+])
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_every_sweeper_setting_is_checked(key, value, message):
+    from rlexp.sweep import check_settings
+
+    with pytest.raises(SweepError) as raised:
+        check_settings({**SETTINGS, key: value})
+    text = str(raised.value)
+    assert text.startswith("hydra.sweeper.") and message in text and len(text.splitlines()) == 1, text
+
+
+def test_settings_are_normalised():
+    from rlexp.sweep import check_settings
+
+    s = check_settings({**SETTINGS, "warmup_steps": 1e4, "pruner": None, "confirm": {"seeds": 2}})
+    assert s["warmup_steps"] == 10000 and isinstance(s["warmup_steps"], int) and s["pruner"] == "none"
+    assert s["confirm"] == {"top_k": 3, "seeds": 2} and isinstance(s["sampler"], optuna.samplers.RandomSampler)
+
+
+class ConfirmationLauncher:
+    """Stands in for the launcher: each confirmation run's objective from a table, and the job numbers asked for."""
+
+    def __init__(self, values: dict[int, list[float]]) -> None:
+        self.values, self.first_jobs = values, []
+
+    def launch(self, job_overrides, initial_job_idx):
+        from hydra.core.utils import JobReturn, JobStatus
+
+        self.first_jobs.append(initial_job_idx)
+        returns = []
+        for overrides in job_overrides:
+            subdir = next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.subdir="))
+            _, trial, _, seed = subdir.split("/")[1].split("_")  # confirm/trial_<t>_seed_<s>
+            ret = JobReturn()
+            ret.status = JobStatus.COMPLETED
+            ret.return_value = {"final_eval": self.values[int(trial)][int(seed) - 10000]}
+            returns.append(ret)
+        return returns
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_confirmation_ranks_by_the_aggregate_and_numbers_its_jobs_after_the_search(tmp_path):
+    """Trial 0 confirms at 0, 10, 10, 100 (mean 30, IQM 10), trial 1 at 20 on every seed: the IQM ranks trial 1
+    first. The study's three search trials had jobs 0-2, so the eight confirmation jobs are 3-10, two at a time."""
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    launcher = ConfirmationLauncher({0: [0.0, 10.0, 10.0, 100.0], 1: [20.0] * 4})
+    sweep = OptunaSweep({**SETTINGS, "aggregate": "iqm", "confirm": {"top_k": 2, "seeds": 4}}, config, launcher)
+    space = {"agent.lr": FloatDistribution(1e-4, 1e-2, log=True)}
+    study = sweep.open_study(space)
+    sweep.fixed = {}
+    for lr, value in ((1e-3, 30.0), (2e-3, 25.0), (3e-3, 5.0)):
+        study.add_trial(optuna.trial.create_trial(params={"agent.lr": lr}, distributions=space, value=value))
+    sweep.run_confirmation(study)
+    assert launcher.first_jobs == [3, 5, 7, 9]
+    table = sweep.confirmation_table(study)
+    assert [(r["trial"], r["confirmed_iqm"], r["confirmed_rank"]) for r in table] == [(1, 20.0, 1), (0, 10.0, 2)]
+    sweep.report(study)
+    results = yaml.safe_load((tmp_path / "optimization_results.yaml").read_text())
+    assert results["best_trial"] == 1 and results["best_value"] == 20.0 and results["search_best_trial"] == 0
+    assert list(pd.read_csv(tmp_path / "confirmation.csv")["trial"]) == [1, 0]
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_report_files_replace_the_old_ones_whole_once_on_disk(tmp_path, monkeypatch):
+    """Each report file is a temporary file next to it, flushed to disk, then renamed over it: a sweep killed
+    mid-report (or a power cut) leaves the previous file, never a partial one, and no temporary file is left."""
+    from pathlib import Path
+
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    sweep = OptunaSweep({**SETTINGS, "confirm": {"top_k": 1, "seeds": 1}}, config, ConfirmationLauncher({0: [7.0]}))
+    space = {"agent.lr": FloatDistribution(1e-4, 1e-2, log=True)}
+    study = sweep.open_study(space)
+    sweep.fixed = {}
+    for lr, value in ((1e-3, 30.0), (2e-3, 25.0)):
+        study.add_trial(optuna.trial.create_trial(params={"agent.lr": lr}, distributions=space, value=value))
+    (tmp_path / "trial_0" / ".hydra").mkdir(parents=True)
+    (tmp_path / "trial_0" / ".hydra" / "config.yaml").write_text("agent: {lr: 0.001}\nrun: {max_steps: 64}\n")
+    sweep.run_confirmation(study)
+    synced, renamed = set(), []
+    real_fsync, real_replace = os.fsync, os.replace
+
+    def fsync(fd):
+        synced.add(os.path.realpath(f"/proc/self/fd/{fd}"))
+        real_fsync(fd)
+
+    def replace(source, target):
+        source, target = os.path.realpath(source), os.path.realpath(target)
+        renamed.append((Path(target).relative_to(tmp_path.resolve()).as_posix(), source in synced,
+                        Path(source).parent == Path(target).parent))
+        real_replace(source, target)
+
+    monkeypatch.setattr(os, "fsync", fsync)
+    monkeypatch.setattr(os, "replace", replace)
+    sweep.report(study)
+    report = {"optimization_results.yaml", "trials.csv", "confirmation.csv", "tuned/best.yaml",
+              "optimization_history.png"}
+    assert report <= {name for name, _, _ in renamed}
+    assert [(name, True, True) for name, _, _ in renamed] == renamed  # each flushed, each from its own folder
+    assert yaml.safe_load((tmp_path / "tuned" / "best.yaml").read_text()) == {"agent": {"lr": 0.001},
+                                                                             "run": {"max_steps": 64}}
+    assert [p.name for p in tmp_path.rglob("*.tmp")] == []
+
+
+def test_an_own_preset_passes_the_check_of_a_swept_group_and_a_typo_is_refused(tmp_path):
+    (tmp_path / "myconf" / "env").mkdir(parents=True)
+    (tmp_path / "myconf" / "env" / "corridor.yaml").write_text("defaults: [cartpole]\n")
+    result = rlexp(tmp_path, "-m", "--config-dir", "myconf", "env=corridor,cartpol", timeout=120)
+    assert result.returncode == 2 and result.stdout == "", result.stdout + result.stderr
+    assert result.stderr.startswith("error: env=cartpol: Could not find 'env/cartpol' (no such preset); did you mean "
+                                    "env=cartpole"), result.stderr  # corridor, the first option, composed
+    assert "corridor" in result.stderr and [p.name for p in tmp_path.iterdir()] == ["myconf"]
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_the_commands_and_preset_of_a_swept_env_name_the_best_trials_env(tmp_path):
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    sweep = OptunaSweep(SETTINGS, config, launcher=None)
+    sweep.fixed = {"run.max_steps": "64"}
+    best = optuna.trial.create_trial(params={"env": "pendulum", "agent.lr": 0.001}, value=1.0, distributions={
+        "env": CategoricalDistribution(["cartpole", "pendulum"]), "agent.lr": FloatDistribution(1e-4, 1e-2)})
+    assert sweep.run_command(best) == "python -m rlexp agent=ppo env=pendulum run.max_steps=64 agent.lr=0.001"
+    assert sweep.preset_command(best) == f"python -m rlexp --config-dir {tmp_path} agent=ppo env=pendulum tuned=best"
+    folder = tmp_path / f"trial_{best.number}" / ".hydra"  # a trial made outside a study: number -1
+    folder.mkdir(parents=True)
+    (folder / "config.yaml").write_text("agent: {lr: 0.001}\n")
+    header = sweep.write_best_preset(best, "s", 1.0).read_text()
+    assert "as tuned/ppo_pendulum.yaml\n" in header and "agent=ppo env=pendulum tuned=best\n" in header

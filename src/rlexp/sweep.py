@@ -12,9 +12,12 @@ registers it with rlexp's own sampler configs) runs on Optuna directly:
   evaluation curve; with two `directions` the training time is the second objective (Pareto front);
 - a trial that raises is recorded FAIL with its one-line error and the sweep goes on, up to
   `max_failure_rate`; trials left RUNNING by a killed sweeper are marked FAIL on the next start;
-- `confirm` re-runs the top configurations on fresh seeds and ranks them by the confirmed score;
+- `confirm` re-runs the top configurations on fresh seeds and ranks them by their aggregate (mean or IQM);
 - a report in the sweep dir: optimization_results.yaml, trials.csv, confirmation.csv or pareto_front.csv,
-  the best parameters as a preset (tuned/best.yaml) and Optuna's plots.
+  the whole configuration the best trial trained with as a preset (tuned/best.yaml), Optuna's plots, and
+  commands that train it again;
+- every setting (hydra.sweeper.*) is checked before anything is written: a wrong one is one line; so are
+  run.eval_episodes=0 (nothing to score a trial by) and a swept group's option its trials can't compose.
 """
 from __future__ import annotations
 
@@ -38,6 +41,8 @@ from optuna.distributions import BaseDistribution, CategoricalDistribution, Floa
 from optuna.trial import TrialState
 
 from rlexp.errors import Started, SweepError
+from rlexp.files import write_atomic
+from rlexp.tracking import Tracker
 
 log = logging.getLogger("rlexp.sweep")
 optuna.logging.set_verbosity(optuna.logging.WARNING)  # our own one line per trial instead
@@ -159,17 +164,134 @@ def make_pruner(name: str, warmup_trials: int, warmup_steps: int) -> optuna.prun
     raise SweepError(f"hydra.sweeper.pruner={name} is unknown; use median or none")
 
 
-# ----- the trial side ---------------------------------------------------------------------------------
+# ----- settings (hydra.sweeper.*) ---------------------------------------------------------------------------
 OBJECTIVES = ("final_eval", "mean_last_evals", "auc")
+WHOLE = {"n_trials": 1, "n_jobs": 1, "seeds_per_trial": 1, "last_evals": 1, "reports": 1, "warmup_trials": 0,
+         "warmup_steps": 0, "heartbeat_interval": 1, "grace_period": 1}  # whole numbers: their least value
+CHOICES = {"direction": ("maximize", "minimize"), "objective": OBJECTIVES, "aggregate": ("mean", "iqm"),
+           "pruner": ("median", "none")}
+SETTINGS = (*WHOLE, *CHOICES, "sampler", "directions", "confirm", "storage", "study_name", "max_failure_rate",
+            "params")
+SAMPLER_WHOLE = {"n_startup_trials": 0, "population_size": 2}
+SAMPLERS = "hydra/sweeper/sampler=tpe|random|cmaes|nsgaii|qmc"
 
 
+def _shown(value: Any) -> str:
+    return "null" if value is None else str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def whole_number(key: str, value: Any, least: int) -> int:
+    """`value` as an int of at least `least` (5, 5.0 and 1e4 too), else one line naming hydra.sweeper.<key>."""
+    if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) \
+            and float(value).is_integer() and value >= least:
+        return int(value)
+    raise SweepError(f"hydra.sweeper.{key}={_shown(value)}: use a whole number of {least} or more")
+
+
+def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
+    """hydra.sweeper.* checked and normalised (whole numbers as ints, the sampler made), before anything is
+    written; a wrong one is one line naming the key and the fix."""
+    s = dict(settings)
+    unknown = sorted(set(s) - set(SETTINGS))
+    if unknown:
+        raise SweepError(f"hydra.sweeper.{unknown[0]} is not a setting of rlexp's sweeper; use one of "
+                         f"{', '.join(sorted(SETTINGS))} (docs/tuning.md)")
+    for key, least in WHOLE.items():
+        s[key] = whole_number(key, s.get(key), least)
+    if s["grace_period"] <= s["heartbeat_interval"]:
+        raise SweepError(f"hydra.sweeper.grace_period={s['grace_period']}: use more than hydra.sweeper."
+                         f"heartbeat_interval ({s['heartbeat_interval']}), e.g. {s['heartbeat_interval'] * 6}")
+    s["pruner"] = "none" if s.get("pruner") is None else s["pruner"]
+    for key, options in CHOICES.items():
+        if s.get(key) not in options:
+            raise SweepError(f"hydra.sweeper.{key}={_shown(s.get(key))} is unknown; use {' | '.join(options)}")
+    s["max_failure_rate"] = check_rate(s.get("max_failure_rate"))
+    s["directions"] = check_directions(s.get("directions"))
+    s["confirm"] = check_confirm(s.get("confirm"))
+    s["study_name"] = check_names(s.get("storage"), s.get("study_name"))
+    if s.get("params") is not None and not isinstance(s["params"], Mapping):
+        raise SweepError(f"hydra.sweeper.params={_shown(s['params'])}: use a mapping of keys to sweeps, e.g. "
+                         "{agent.lr: 'tag(log,interval(1e-5,1e-2))', agent.n_steps: 'choice(16,32)'}")
+    s["sampler"] = make_sampler(s.get("sampler"))
+    return s
+
+
+def check_rate(rate: Any) -> float:
+    if isinstance(rate, bool) or not isinstance(rate, (int, float)) or not 0 <= rate <= 1:
+        raise SweepError(f"hydra.sweeper.max_failure_rate={_shown(rate)}: use a fraction from 0 to 1 (0.5: stop "
+                         "once more than half of the trials failed)")
+    return float(rate)
+
+
+def check_names(storage: Any, name: Any) -> str:
+    """The study's name (also its folder's) and its storage's URL, which make_storage opens."""
+    if storage is not None and (not isinstance(storage, str) or not storage.strip()):
+        raise SweepError(f"hydra.sweeper.storage={_shown(storage)}: use sqlite:///path/optuna.db, "
+                         "journal:///path/study.log, postgresql://user@host/db or null (<sweep dir>/optuna.db)")
+    text = str(name)
+    if isinstance(name, bool) or not isinstance(name, (str, int)) or not text.strip() or text in (".", "..") \
+            or "/" in text or "\\" in text:
+        raise SweepError(f"hydra.sweeper.study_name={_shown(name)}: use a name without / (the study's folder is "
+                         "multirun/<study_name>)")
+    return text
+
+
+def check_directions(directions: Any) -> list[str] | None:
+    if directions is None:
+        return None
+    shape_ok = isinstance(directions, (list, tuple)) and 1 <= len(directions) <= 2
+    if not shape_ok or directions[0] not in ("maximize", "minimize") or list(directions)[1:] not in ([], ["minimize"]):
+        raise SweepError(f"hydra.sweeper.directions={_shown(directions)}: use [maximize,minimize] (the objective's "
+                         "direction, then the training time's), or hydra.sweeper.direction for one objective")
+    return [str(d) for d in directions]
+
+
+def check_confirm(confirm: Any) -> dict[str, int]:
+    """hydra.sweeper.confirm: null (no confirmation round) or {top_k: 3, seeds: 5}."""
+    if confirm is None or confirm == {}:
+        return {}
+    fix = "use {top_k: 3, seeds: 5} (the top_k configurations re-run on that many fresh seeds), or null"
+    if not isinstance(confirm, Mapping) or set(confirm) - {"top_k", "seeds"}:
+        raise SweepError(f"hydra.sweeper.confirm={_shown(confirm)}: {fix}")
+    return {key: whole_number(f"confirm.{key}", confirm.get(key, default), 1)
+            for key, default in (("top_k", 3), ("seeds", 5))}
+
+
+def make_sampler(sampler: Any) -> optuna.samplers.BaseSampler:
+    """The Optuna sampler of hydra.sweeper.sampler ({_target_: ..., seed: ..., its arguments})."""
+    if isinstance(sampler, optuna.samplers.BaseSampler):
+        return sampler
+    if not isinstance(sampler, Mapping) or not isinstance(sampler.get("_target_"), str):
+        raise SweepError(f"hydra.sweeper.sampler={_shown(sampler)}: pick one with {SAMPLERS}")
+    arguments = dict(sampler)
+    target = arguments["_target_"]
+    seed = arguments.get("seed")
+    if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
+        raise SweepError(f"hydra.sweeper.sampler.seed={_shown(seed)}: use a whole number, or null (the run's seed)")
+    for key, least in SAMPLER_WHOLE.items():
+        if key in arguments:
+            arguments[key] = whole_number(f"sampler.{key}", arguments[key], least)
+    for key in ("multivariate", "constant_liar"):
+        if key in arguments and not isinstance(arguments[key], bool):
+            raise SweepError(f"hydra.sweeper.sampler.{key}={_shown(arguments[key])}: use true or false")
+    from hydra.utils import instantiate
+
+    try:
+        return instantiate(arguments)
+    except Exception as e:  # noqa: BLE001 - an unknown argument or value of the sampler
+        cause = e.__cause__ or e
+        raise SweepError(f"hydra.sweeper.sampler ({target}): {type(cause).__name__}: {one_line(cause)}; fix its "
+                         f"arguments (Optuna's {target.rsplit('.', 1)[-1]}) or pick another with {SAMPLERS}") from None
+
+
+# ----- the trial side ---------------------------------------------------------------------------------
 def trial_spec() -> dict[str, Any] | None:
     """What the sweeper told this trial's process (None outside rlexp's sweeps)."""
     spec = os.environ.get(TRIAL_ENV)
     return json.loads(spec) if spec else None
 
 
-class PruningReporter:
+class PruningReporter(Tracker):
     """A tracker for a trial's process. It reports a score to the study and stops the trial
     (optuna.TrialPruned) when the pruner says so. The score is each periodic evaluation
     (run.eval_interval), or else the training mean return at `reports` evenly spaced steps (the same in
@@ -206,12 +328,6 @@ class PruningReporter:
             message = f"pruned at step {mark:,} (score {score:.4g})"
             log.info(message)
             raise optuna.TrialPruned(message)
-
-    def video(self, path) -> None:
-        pass
-
-    def close(self, failed: bool = False) -> None:
-        pass
 
 
 def trial_reporter(max_steps: int, on_eval: bool) -> PruningReporter | None:
@@ -298,41 +414,28 @@ def _format(value: float) -> str:
     return f"{value:.4g}"
 
 
+PRESET_SECTIONS = ("agent", "env", "model", "buffer", "run")  # what tuned/best.yaml holds of the trial's config
+PRESET_GROUPS = ("model", "buffer")  # config groups whose choice it keeps
+SWEEP_ONLY = ("hydra.sweeper", "hydra.launcher", "hydra.sweep.", "hydra/sweeper", "hydra/launcher")
 CONFIRM_SEED_OFFSET = 10_000  # confirmation seeds: seed + 10000 + j, never a seed the search trained on
 
 
 class OptunaSweep:
     """The sweep itself; `RlexpOptunaSweeper` (the Hydra plugin) hands it its config, launcher and arguments."""
 
-    def __init__(self, settings: Mapping[str, Any], config, launcher) -> None:
-        self.s = dict(settings)
-        self.config, self.launcher = config, launcher
+    def __init__(self, settings: Mapping[str, Any], config, launcher, config_loader=None) -> None:
+        self.s = check_settings(settings)
+        self.config, self.launcher, self.config_loader = config, launcher, config_loader
         self.sweep_dir = Path(str(config.hydra.sweep.dir)).expanduser().resolve()
-        directions = self.s.get("directions") or [self.s.get("direction")]
-        if len(directions) not in (1, 2) or any(str(d) not in ("maximize", "minimize") for d in directions):
-            key = "directions" if self.s.get("directions") else "direction"
-            raise SweepError(f"hydra.sweeper.{key}={self.s.get(key)}: use maximize or minimize"
-                             + (" (directions: [the objective's, the training time's], e.g. [maximize,minimize])"
-                                if key == "directions" else ""))
-        self.directions = [str(d) for d in directions]
+        self.directions = self.s["directions"] or [self.s["direction"]]
         self.multi = len(self.directions) == 2
-        self.objective = str(self.s.get("objective") or "final_eval")
-        if self.objective not in OBJECTIVES:
-            raise SweepError(f"hydra.sweeper.objective={self.objective} is unknown; use {' | '.join(OBJECTIVES)}")
-        if str(self.s.get("aggregate", "mean")) not in ("mean", "iqm"):
-            raise SweepError(f"hydra.sweeper.aggregate={self.s.get('aggregate')} is unknown; use mean or iqm")
-        self.n_seeds = int(self.s.get("seeds_per_trial") or 1)
-        if self.n_seeds < 1:
-            raise SweepError(f"hydra.sweeper.seeds_per_trial={self.n_seeds}: use 1 or more")
-        self.confirm = dict(self.s.get("confirm") or {})
-        if self.confirm:
-            unknown = set(self.confirm) - {"top_k", "seeds"}
-            if unknown or int(self.confirm.get("top_k", 3)) < 1 or int(self.confirm.get("seeds", 5)) < 1:
-                raise SweepError(f"hydra.sweeper.confirm={self.confirm}: use {{top_k: 3, seeds: 5}} (both 1 or more)")
-            if self.multi:
-                raise SweepError("hydra.sweeper.confirm ranks by one objective; with two directions the report is "
-                                 "the Pareto front: drop confirm or directions")
-        self.prune = not self.multi and str(self.s.get("pruner")) not in ("none", "None")
+        self.objective, self.aggregate = self.s["objective"], self.s["aggregate"]
+        self.n_seeds = self.s["seeds_per_trial"]
+        self.confirm = self.s["confirm"]
+        if self.confirm and self.multi:
+            raise SweepError("hydra.sweeper.confirm ranks by one objective; with two directions the report is "
+                             "the Pareto front: drop confirm or directions")
+        self.prune = not self.multi and self.s["pruner"] != "none"
         self.seed = int(self.config.get("seed") or 0)
 
     # -- set-up ------------------------------------------------------------------------------------------
@@ -348,6 +451,42 @@ class OptunaSweep:
             if interval <= 0:
                 raise SweepError(f"hydra.sweeper.objective={self.objective} needs evaluations during training: "
                                  "add run.eval_interval=<env steps> (e.g. a tenth of run.max_steps)")
+
+    def check_evaluations(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> None:
+        """Every objective scores a trial by its evaluation episodes: run.eval_episodes=0 would fail every trial."""
+        key = "run.eval_episodes"
+        if any(k.lstrip("+~") == key for k in distributions):
+            return
+        value = next((v for k, v in fixed.items() if k.lstrip("+~") == key), None)
+        if value is None:
+            value = OmegaConf.select(self.config, key, default=None)
+        try:
+            episodes = float(value)
+        except (TypeError, ValueError):
+            return  # not a number: each trial's check of the run settings names it
+        if episodes < 1:
+            raise SweepError(f"{key}={_shown(value)}: hydra.sweeper.objective={self.objective} scores each trial by "
+                             f"its evaluation episodes; set {key} to 1 or more (e.g. {key}=10)")
+
+    def check_choices(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> None:
+        """Each option of a swept config group (agent=ppo,ppp) composes as its trials will, before any trial runs:
+        a missing preset is one line, not a failed trial."""
+        if self.config_loader is None:
+            return
+        from rlexp.errors import hydra_error_line
+
+        groups = {str(g) for g in self.config.hydra.runtime.get("choices", {}) if "/" not in str(g)}
+        base = [f"{k}={v}" for k, v in fixed.items()]
+        for key, dist in distributions.items():
+            if key.lstrip("+~") not in groups or not isinstance(dist, CategoricalDistribution):
+                continue
+            for option in dist.choices:
+                try:
+                    self.config_loader.load_sweep_config(self.config, [*base, f"{key}={option}"])
+                except Exception as e:  # noqa: BLE001 - what every trial with this option would fail with
+                    line = hydra_error_line(e) or one_line(e)
+                    prefix = "" if line.startswith(f"{key}={option}") else f"{key}={option}: "
+                    raise SweepError(f"{prefix}{line}") from None
 
     def open_study(self, distributions: Mapping[str, BaseDistribution]) -> optuna.Study:
         url = str(self.s["storage"] or f"sqlite:///{self.sweep_dir / 'optuna.db'}")
@@ -404,6 +543,8 @@ class OptunaSweep:
         for key in fixed:
             distributions.pop(key, None)
         self.check_space(distributions, is_grid)
+        self.check_evaluations(distributions, fixed)
+        self.check_choices(distributions, fixed)
         study = self.open_study(distributions)
         n_trials = int(self.s["n_trials"])
         queue: list[dict[str, Any]] = []
@@ -414,7 +555,7 @@ class OptunaSweep:
             log.info(f"grid of {len(grid_points(distributions))} combinations: {n_trials} to run")
         self.fixed = {k: v for k, v in fixed.items() if not (k == "seed" and self.n_seeds > 1)}
         Started.value = True
-        finished, failed, n_jobs = 0, 0, max(1, int(self.s["n_jobs"]))
+        finished, failed, n_jobs = 0, 0, self.s["n_jobs"]
         per_batch = max(1, n_jobs // self.n_seeds)
         seeds = f", {self.n_seeds} seeds each" if self.n_seeds > 1 else ""
         log.info(f"sweep dir {self.sweep_dir}; {n_trials} trial(s){seeds}, {n_jobs} job(s) at a time; one line per "
@@ -459,7 +600,7 @@ class OptunaSweep:
 
     def launch(self, jobs: list[list[str]], trial_ids: list[int], first_job: int) -> list[Any]:
         """Run the jobs n_jobs at a time (each its own process); a batch whose processes died gives the error."""
-        n_jobs, results = max(1, int(self.s["n_jobs"])), []
+        n_jobs, results = self.s["n_jobs"], []
         with Heartbeat(self.storage, float(self.s["heartbeat_interval"])) as beat:
             beat.trial_ids += trial_ids
             for i in range(0, len(jobs), n_jobs):
@@ -482,7 +623,7 @@ class OptunaSweep:
         spec = {"storage": self.storage_url, "study": study.study_name, "trial_id": trial_id,
                 "prune": self.prune and report, "leader": leader, "pruner": self.s["pruner"],
                 "warmup_trials": self.s["warmup_trials"], "warmup_steps": self.s["warmup_steps"],
-                "reports": self.s["reports"], "last_evals": int(self.s.get("last_evals") or 3)}
+                "reports": self.s["reports"], "last_evals": self.s["last_evals"]}
         values = {**trial.params, **self.fixed}
         if seed is not None:
             values.pop("seed", None)
@@ -527,7 +668,7 @@ class OptunaSweep:
             if self.n_seeds > 1:
                 trial.set_user_attr("seed_values", [round(v, 6) for v in per_seed])
             trial.set_user_attr("train_seconds", round(train_seconds, 3))
-            values = [aggregate(per_seed, str(self.s.get("aggregate", "mean")))]
+            values = [aggregate(per_seed, self.aggregate)]
             if self.multi:
                 values.append(train_seconds)
         error = errors[0] if errors and state != TrialState.COMPLETE else None
@@ -551,7 +692,7 @@ class OptunaSweep:
     def run_confirmation(self, study: optuna.Study) -> None:
         """Re-run the top_k configurations on `seeds` fresh seeds; their results are kept in the study's user
         attributes (confirm_<trial>: {seed: objective}), so a continued sweep runs only the missing ones."""
-        top_k, n = int(self.confirm.get("top_k", 3)), int(self.confirm.get("seeds", 5))
+        top_k, n = self.confirm["top_k"], self.confirm["seeds"]
         top = self.ranked(study)[:top_k]
         seeds = [self.seed + CONFIRM_SEED_OFFSET + j for j in range(n)]
         jobs, keys = [], []
@@ -567,7 +708,7 @@ class OptunaSweep:
         log.info(f"confirmation: the top {len(top)} configuration(s) on {n} fresh seeds "
                  f"({seeds[0]}..{seeds[-1]}): {len(jobs)} run(s)")
         start = time.perf_counter()
-        returns = self.launch(jobs, [], 0)
+        returns = self.launch(jobs, [], self.next_job_number(study))
         for (trial, seed), ret in zip(keys, returns):
             state, metrics, error = self.outcome(ret)
             if state != TrialState.COMPLETE:
@@ -578,13 +719,18 @@ class OptunaSweep:
             study.set_user_attr(f"confirm_{trial.number}", done)
         log.info(f"confirmation took {time.perf_counter() - start:.1f} s")
 
+    def next_job_number(self, study: optuna.Study) -> int:
+        """The first job number after every search trial's (trial n's jobs are n * seeds_per_trial + i)."""
+        return (max((t.number for t in study.get_trials(deepcopy=False)), default=-1) + 1) * self.n_seeds
+
     def ranked(self, study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
         """Complete trials, best first by the search's objective."""
         complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
         return sorted(complete, key=lambda t: t.values[0], reverse=self.directions[0] == "maximize")
 
     def confirmation_table(self, study: optuna.Study) -> list[dict[str, Any]]:
-        """The confirmed configurations ranked by their confirmed mean, with a 95% bootstrap interval."""
+        """The confirmed configurations ranked by their seeds' aggregate (hydra.sweeper.aggregate: mean or iqm,
+        column confirmed_<aggregate>), with its 95% stratified-bootstrap interval."""
         from rlexp.stats import interval_estimates
 
         ranked = self.ranked(study)
@@ -593,16 +739,17 @@ class OptunaSweep:
         confirmed = {k: v for k, v in confirmed.items() if v}
         if not confirmed:
             return []
-        estimates = interval_estimates({str(k): v for k, v in confirmed.items()}, "mean")
+        estimates = interval_estimates({str(k): v for k, v in confirmed.items()}, self.aggregate)
+        column = f"confirmed_{self.aggregate}"
         rows = []
         for search_rank, trial in enumerate(ranked, 1):
             if trial.number not in confirmed:
                 continue
             point, low, high = estimates[str(trial.number)]
             rows.append({"trial": trial.number, "search_rank": search_rank, "search_value": trial.values[0],
-                         "confirmed_mean": point, "ci_low": low, "ci_high": high,
+                         column: point, "ci_low": low, "ci_high": high,
                          "seeds": len(confirmed[trial.number]), "params": dict(trial.params)})
-        rows.sort(key=lambda r: r["confirmed_mean"], reverse=self.directions[0] == "maximize")
+        rows.sort(key=lambda r: r[column], reverse=self.directions[0] == "maximize")
         for rank, row in enumerate(rows, 1):
             row["confirmed_rank"] = rank
         return rows
@@ -632,13 +779,13 @@ class OptunaSweep:
             if confirmed:
                 winner = confirmed[0]
                 best = next(t for t in complete if t.number == winner["trial"])
-                results.update(best_params=dict(best.params), best_value=winner["confirmed_mean"],
+                results.update(best_params=dict(best.params), best_value=winner[f"confirmed_{self.aggregate}"],
                                best_trial=best.number, search_best_trial=self.ranked(study)[0].number,
                                confirmation=confirmed)
                 self.write_csv("confirmation.csv", confirmed)
-        OmegaConf.save(OmegaConf.create(results), self.sweep_dir / "optimization_results.yaml")
+        write_text(self.sweep_dir / "optimization_results.yaml", OmegaConf.to_yaml(OmegaConf.create(results)))
         try:
-            study.trials_dataframe().to_csv(self.sweep_dir / "trials.csv", index=False)
+            write_text(self.sweep_dir / "trials.csv", study.trials_dataframe().to_csv(index=False))
         except Exception as e:  # noqa: BLE001 - the report is best-effort; the study itself is in the storage
             log.warning(f"trials.csv: {e}")
         if best is None:
@@ -646,66 +793,105 @@ class OptunaSweep:
             return
         preset = self.write_best_preset(best, study.study_name, results.get("best_value", best.values[0]))
         self.plot(study, complete)
-        choices = self.config.hydra.runtime.choices
-        command = " ".join([f"agent={choices.get('agent')}", f"env={choices.get('env')}",
-                            *(f"{k}={v}" for k, v in {**self.fixed, **best.params}.items() if k not in ("agent", "env"))])
-        done = (f"({counts.get('COMPLETE', 0)} complete, {counts.get('PRUNED', 0)} pruned, {counts.get('FAIL', 0)} failed)")
+        done = (f"({counts.get('COMPLETE', 0)} complete, {counts.get('PRUNED', 0)} pruned, "
+                f"{counts.get('FAIL', 0)} failed)")
         if self.multi:
             log.info(f"Pareto front: {len(results['pareto_front'])} trial(s) {done}; highest {self.objective}: trial "
                      f"{best.number} ({_format(best.values[0])} in {best.values[1]:.1f} s); all in pareto_front.csv")
         elif confirmed:
             winner = confirmed[0]
-            log.info(f"confirmed best: trial {best.number}, {winner['confirmed_mean']:.4g} "
+            score = winner[f"confirmed_{self.aggregate}"]
+            log.info(f"confirmed best: trial {best.number}, {self.aggregate} {score:.4g} "
                      f"[{winner['ci_low']:.4g}, {winner['ci_high']:.4g}] over {winner['seeds']} fresh seeds "
                      f"(search rank {winner['search_rank']}) {done}; ranking in confirmation.csv")
         else:
             log.info(f"best: trial {best.number}, objective {best.values[0]:.4g} {done}")
-        log.info(f"run it: python -m rlexp {command}")
-        log.info(f"or: python -m rlexp --config-dir {self.sweep_dir} agent={choices.get('agent')} "
-                 f"env={choices.get('env')} tuned=best   (preset {preset}; copy it into conf/tuned/ to keep it)")
+        log.info(f"run it: {self.run_command(best)}")
+        if preset is not None:
+            log.info(f"or: {self.preset_command(best)}   (preset {preset}; copy it into your config dir's tuned/ to "
+                     "keep it)")
+
+    # -- reproducing the best trial -----------------------------------------------------------------------------
+    def command_prefix(self, preset_dir: Path | None = None) -> list[str]:
+        """`python -m rlexp` with the study's own config dir (its presets) and config name, and `preset_dir`'s
+        presets (tuned/best.yaml): only one --config-dir can be given, so a second goes on hydra.searchpath."""
+        runtime = self.config.hydra.runtime
+        dirs = [str(Path(str(source.path)).resolve()) for source in runtime.get("config_sources") or []
+                if source.get("provider") == "command-line" and source.get("schema") == "file"]
+        words = ["python", "-m", "rlexp"]
+        if dirs:
+            words += ["--config-dir", dirs[0]]
+        name = OmegaConf.select(self.config, "hydra.job.config_name")
+        if name and name != "config":
+            words += ["--config-name", str(name)]
+        if preset_dir is not None:
+            words += [f"hydra.searchpath=[file://{preset_dir}]"] if dirs else ["--config-dir", str(preset_dir)]
+        return words
+
+    def run_command(self, best: optuna.trial.FrozenTrial) -> str:
+        """The command that trains the best configuration as its trial did (the fallback preset included)."""
+        import shlex
+
+        agent, env = self.agent_env(best)
+        values = {k: v for k, v in {**self.fixed, **best.params}.items() if k not in ("agent", "env")
+                  and not k.lstrip("+~").startswith(SWEEP_ONLY)}
+        words = [*self.command_prefix(), f"agent={agent}", f"env={env}", *(f"{k}={v}" for k, v in values.items())]
+        return shlex.join(words)
+
+    def preset_command(self, best: optuna.trial.FrozenTrial) -> str:
+        import shlex
+
+        agent, env = self.agent_env(best)
+        return shlex.join([*self.command_prefix(self.sweep_dir), f"agent={agent}", f"env={env}", "tuned=best"])
+
+    def agent_env(self, best: optuna.trial.FrozenTrial) -> tuple[str, str]:
+        """The agent and env presets the trial trained with: the study's, or the ones it drew (agent=ppo,a2c)."""
+        choices = self.config.hydra.runtime.choices
+        agent, env = (best.params.get(group, choices.get(group)) for group in ("agent", "env"))
+        return str(agent), str(env)
+
+    def trial_config(self, trial: optuna.trial.FrozenTrial) -> tuple[Path, dict[str, Any] | None]:
+        """The config the trial trained with, as its run dir keeps it (its first seed's with seeds_per_trial)."""
+        folder = self.sweep_dir / f"trial_{trial.number}"
+        seeds = sorted(folder.glob("seed_*/.hydra/config.yaml"), key=lambda p: int(p.parent.parent.name[5:]))
+        for path in [folder / ".hydra" / "config.yaml", *seeds]:
+            if path.is_file():
+                return path, OmegaConf.to_container(OmegaConf.load(path))
+        return folder / ".hydra" / "config.yaml", None
+
+    def group_choices(self, best: optuna.trial.FrozenTrial) -> dict[str, Any]:
+        """The model or buffer presets the study picked (model=lstm): the preset overrides them as well, so that
+        their keys, not the default preset's, are the ones its values go into."""
+        return {k: v for k, v in {**self.fixed, **best.params}.items() if k in PRESET_GROUPS}
 
     def write_csv(self, name: str, rows: list[dict[str, Any]]) -> None:
         import pandas as pd
 
         frame = pd.DataFrame([{**{k: v for k, v in row.items() if k != "params"},
                                **{f"params_{k}": v for k, v in row.get("params", {}).items()}} for row in rows])
-        frame.to_csv(self.sweep_dir / name, index=False)
+        write_text(self.sweep_dir / name, frame.to_csv(index=False))
 
-    def write_best_preset(self, best: optuna.trial.FrozenTrial, study_name: str, value: float) -> Path:
-        """The tuned preset of the study's agent+env with the sweep's fixed values and the best parameters."""
-        import importlib.resources
-
-        choices = self.config.hydra.runtime.choices
-        preset = OmegaConf.create({})
-        base = choices.get("tuned")
-        if base:
-            path = importlib.resources.files("rlexp.conf") / "tuned" / f"{base}.yaml"
-            if path.is_file():
-                preset = OmegaConf.create(path.read_text())
-        groups: dict[str, Any] = {}
-        for key, value_ in {**self.fixed, **best.params}.items():
-            key = key.lstrip("+~")
-            if "." not in key:  # a config group choice (model=mlp_large): a defaults override
-                if key not in ("agent", "env", "hydra", "seed") and not key.startswith("hydra/"):
-                    groups[key] = value_
-                continue
-            if key.split(".")[0] in ("hydra", "run"):
-                continue
-            if isinstance(value_, str):  # a fixed value as typed on the command line: parse it as Hydra does
-                value_ = OverridesParser.create().parse_override(f"{key}={value_}").value()
-            OmegaConf.update(preset, key, _yaml_value(value_), force_add=True)
+    def write_best_preset(self, best: optuna.trial.FrozenTrial, study_name: str, value: float) -> Path | None:
+        """tuned/best.yaml: the whole configuration the best trial trained with (agent, env, model, buffer and
+        run: its fallback preset's values, the sweep's fixed ones, the sampled ones, its budget), as a preset."""
+        source, config = self.trial_config(best)
+        if config is None:
+            log.warning(f"tuned/best.yaml not written: {source}, the config trial {best.number} trained with, is "
+                        "missing")
+            return None
+        preset: dict[str, Any] = {k: config[k] for k in PRESET_SECTIONS if k in config}
+        groups = self.group_choices(best)
         if groups:
-            preset.defaults = [{f"override /{k}": v} for k, v in groups.items()]
+            preset = {"defaults": [{f"override /{k}": v} for k, v in groups.items()], **preset}
         path = self.sweep_dir / "tuned" / "best.yaml"
-        path.parent.mkdir(parents=True, exist_ok=True)
-        how = "confirmed mean" if self.confirm else self.objective
-        header = (f"# @package _global_\n# Best of study {study_name}: trial {best.number}, {how} {value:.6g}.\n"
-                  f"# Use: python -m rlexp --config-dir {self.sweep_dir} agent={choices.get('agent')} "
-                  f"env={choices.get('env')} tuned=best\n"
-                  f"# or copy this file to conf/tuned/{choices.get('agent')}_{choices.get('env')}.yaml\n")
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(header + OmegaConf.to_yaml(preset))
-        os.replace(tmp, path)
+        how = f"confirmed {self.aggregate}" if self.confirm else self.objective
+        agent, env = self.agent_env(best)
+        keep = (f"tuned/{study_name}.yaml and add tuned={study_name}" if env == "generic"
+                else f"tuned/{agent}_{env}.yaml")
+        header = (f"# @package _global_\n# Best of study {study_name}: trial {best.number}, {how} {value:.6g}; the "
+                  f"whole configuration it trained with ({source.relative_to(self.sweep_dir)}).\n"
+                  f"# Use: {self.preset_command(best)}\n# or copy this file to your config dir as {keep}\n")
+        write_text(path, header + OmegaConf.to_yaml(OmegaConf.create(preset)))
         return path
 
     def plot(self, study: optuna.Study, complete: list) -> None:
@@ -732,10 +918,15 @@ class OptunaSweep:
                 ax = make()
                 figure = (ax.flat[0] if hasattr(ax, "flat") else ax).figure
                 figure.tight_layout()
-                figure.savefig(self.sweep_dir / f"{name}.png", dpi=100)
+                write_atomic(self.sweep_dir / f"{name}.png", lambda f: figure.savefig(f, format="png", dpi=100))
                 plt.close(figure)
             except Exception as e:  # noqa: BLE001 - one plot that can't be drawn must not lose the others
                 log.warning(f"plot {name}: {one_line(e)}")
+
+
+def write_text(path: Path, text: str) -> None:
+    """A report file written whole or not at all (a killed sweep leaves the previous one)."""
+    write_atomic(path, lambda f: f.write(text.encode()))
 
 
 def reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:
@@ -746,10 +937,3 @@ def reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:
             state = getattr(state, "rng", state)  # Optuna's LazyRandomState wraps a NumPy RandomState
             if hasattr(state, "seed"):
                 state.seed(seed % 2**32)
-
-
-def _yaml_value(value: Any) -> Any:
-    """Plain Python values for the preset (numpy/optuna types would not round-trip)."""
-    if isinstance(value, (bool, int, float, str)) or value is None:
-        return value
-    return str(value)

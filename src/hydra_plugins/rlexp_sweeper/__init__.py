@@ -21,20 +21,22 @@ from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLaunche
 from omegaconf import MISSING, OmegaConf, open_dict
 
 
+# The settings are typed Any: rlexp.sweep.check_settings checks them (a wrong one is one line naming the key
+# and the fix) before anything is written.
 @dataclass
 class SamplerConf:
     """hydra.sweeper.sampler: any Optuna sampler by `_target_`; the presets below set seed and the usual knobs."""
 
     _target_: str = MISSING
-    seed: Optional[int] = None
+    seed: Any = None                     # a whole number, or null
 
 
 @dataclass
 class TPESamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.TPESampler"
-    n_startup_trials: int = 10
-    multivariate: bool = False
-    constant_liar: bool = True           # parallel trials don't all pick the same point
+    n_startup_trials: Any = 10
+    multivariate: Any = False
+    constant_liar: Any = True            # parallel trials don't all pick the same point
 
 
 @dataclass
@@ -45,19 +47,19 @@ class RandomSamplerConf(SamplerConf):
 @dataclass
 class CmaEsSamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.CmaEsSampler"
-    n_startup_trials: int = 1
+    n_startup_trials: Any = 1
 
 
 @dataclass
 class NSGAIISamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.NSGAIISampler"
-    population_size: int = 50
+    population_size: Any = 50
 
 
 @dataclass
 class QMCSamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.QMCSampler"
-    qmc_type: str = "sobol"
+    qmc_type: Any = "sobol"              # sobol | halton
 
 
 @dataclass
@@ -65,27 +67,29 @@ class RlexpSweeperConf:
     """hydra.sweeper.*: the Optuna sweeper's settings plus pruning and resume."""
 
     _target_: str = "hydra_plugins.rlexp_sweeper.RlexpOptunaSweeper"
+    _recursive_: bool = False            # the sweeper makes the sampler itself, after checking its arguments
     defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
-    sampler: SamplerConf = MISSING       # tpe | random | cmaes | nsgaii | qmc (hydra/sweeper/sampler=...)
-    direction: str = "maximize"          # of the objective (a return: maximize)
-    directions: Optional[List[str]] = None  # [maximize, minimize]: the objective and the training seconds (NSGA-II)
-    objective: str = "final_eval"        # final_eval | mean_last_evals (of run.eval_interval's) | auc (of the eval curve)
-    last_evals: int = 3                  # mean_last_evals: how many of the last evaluations
-    seeds_per_trial: int = 1             # seeds each configuration runs on, as parallel jobs
-    aggregate: str = "mean"              # mean | iqm of the seeds' objectives
-    confirm: Optional[Any] = None        # {top_k: 3, seeds: 5}: re-run the best on fresh seeds; best.yaml = confirmed winner
-    storage: Optional[str] = None        # null: sqlite:///<sweep dir>/optuna.db; or postgresql://user@host/db
-    study_name: str = "${hydra.runtime.choices.agent}_${hydra.runtime.choices.env}"
-    n_trials: int = 20                   # trials this command adds to the study (a grid: at most its size)
-    n_jobs: int = 2                      # trials at once, each in its own process
-    max_failure_rate: float = 0.5        # stop the sweep when more trials than this fraction fail
-    params: Optional[Any] = None         # search space in YAML (key: "interval(1e-5,1e-2)"), as on the command line
-    pruner: str = "median"               # median | none
-    warmup_trials: int = 5               # finished trials before any pruning
-    warmup_steps: int = 0                # env steps a trial runs before it can be pruned
-    reports: int = 10                    # mean-return reports per trial (evenly spaced over run.max_steps)
-    heartbeat_interval: int = 10         # seconds; trials without a heartbeat for grace_period are stale
-    grace_period: int = 60               # a killed sweep's RUNNING trials are marked FAIL after this
+    sampler: Any = MISSING               # tpe | random | cmaes | nsgaii | qmc (hydra/sweeper/sampler=...)
+    direction: Any = "maximize"          # of the objective (a return: maximize)
+    directions: Any = None               # [maximize, minimize]: the objective and the training seconds (NSGA-II)
+    objective: Any = "final_eval"        # final_eval | mean_last_evals (of run.eval_interval's) | auc (eval curve)
+    last_evals: Any = 3                  # mean_last_evals: how many of the last evaluations
+    seeds_per_trial: Any = 1             # seeds each configuration runs on, as parallel jobs
+    aggregate: Any = "mean"              # mean | iqm of the seeds' objectives (and of the confirmation's)
+    confirm: Any = None                  # {top_k: 3, seeds: 5}: re-run the best on fresh seeds; best.yaml: the winner
+    storage: Any = None                  # null: sqlite:///<sweep dir>/optuna.db; or postgresql://user@host/db
+    # <agent>_<env preset>, or with env=generic <agent>_<env.id> (rlexp.rundirs.env_display_name, as run dirs)
+    study_name: Any = "${hydra.runtime.choices.agent}_${rlexp.env_name:${hydra.runtime.choices.env},${env.id}}"
+    n_trials: Any = 20                   # trials this command adds to the study (a grid: at most its size)
+    n_jobs: Any = 2                      # trials at once, each in its own process
+    max_failure_rate: Any = 0.5          # stop the sweep when more trials than this fraction fail
+    params: Any = None                   # search space in YAML (key: "interval(1e-5,1e-2)"), as on the command line
+    pruner: Any = "median"               # median | none
+    warmup_trials: Any = 5               # finished trials before any pruning
+    warmup_steps: Any = 0                # env steps a trial runs before it can be pruned
+    reports: Any = 10                    # mean-return reports per trial (evenly spaced over run.max_steps)
+    heartbeat_interval: Any = 10         # seconds; trials without a heartbeat for grace_period are stale
+    grace_period: Any = 60               # a killed sweep's RUNNING trials are marked FAIL after this
 
 
 @dataclass
@@ -93,8 +97,8 @@ class RlexpLocalConf:
     """hydra.launcher.* of the local launcher: each trial its own process (see rlexp.launch)."""
 
     _target_: str = "hydra_plugins.rlexp_sweeper.RlexpLocalLauncher"
-    start_method: str = "forkserver"     # forkserver: forked from a process that imported TensorFlow once | spawn
-    timeout_min: int = 7 * 24 * 60       # a trial running longer is recorded FAIL
+    start_method: Any = "forkserver"     # forkserver: forked from a process that imported TensorFlow once | spawn
+    timeout_min: Any = 7 * 24 * 60       # a trial running longer is recorded FAIL
 
 
 @dataclass
@@ -125,23 +129,21 @@ class RlexpOptunaSweeper(Sweeper):
     def setup(self, *, hydra_context, task_function, config) -> None:
         from hydra.core.plugins import Plugins
 
-        self.config = config
+        self.config, self.config_loader = config, hydra_context.config_loader
         self.launcher = Plugins.instance().instantiate_launcher(config=config, hydra_context=hydra_context,
                                                                 task_function=task_function)
         logging.getLogger("hydra_plugins.hydra_submitit_launcher.submitit_launcher").setLevel(logging.WARNING)
 
     def sweep(self, arguments: List[str]) -> None:
-        from hydra.utils import instantiate
-
         from rlexp.errors import Started, SweepError
         from rlexp.sweep import OptunaSweep
 
         settings = {k: (OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v)
-                    for k, v in self.settings.items() if k != "sampler"}
-        sampler = self.settings["sampler"]  # Hydra usually instantiated it already
-        settings["sampler"] = instantiate(sampler) if OmegaConf.is_config(sampler) or isinstance(sampler, dict) else sampler
+                    for k, v in self.settings.items()}
         try:
-            return OptunaSweep(settings, self.config, self.launcher).run(arguments)
+            if isinstance(self.launcher, RlexpLocalLauncher):
+                self.launcher.check()
+            return OptunaSweep(settings, self.config, self.launcher, self.config_loader).run(arguments)
         except SweepError as e:  # one line, no traceback: 2 for a mistake in the command, 1 once trials ran
             logging.getLogger("rlexp").error(f"error: {e}")
             sys.exit(1 if Started.value else 2)
@@ -174,6 +176,17 @@ class RlexpLocalLauncher(Launcher):
     def setup(self, *, hydra_context, task_function, config) -> None:
         self.config, self.hydra_context, self.task_function = config, hydra_context, task_function
 
+    def check(self) -> None:
+        """hydra.launcher.* checked before any trial starts."""
+        from rlexp.errors import SweepError
+
+        method, timeout = self.params.get("start_method"), self.params.get("timeout_min")
+        if method not in ("forkserver", "spawn"):
+            raise SweepError(f"hydra.launcher.start_method={method}: use forkserver or spawn")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or timeout < 0):
+            raise SweepError(f"hydra.launcher.timeout_min={timeout}: use minutes (a number of 0 or more; 0 or "
+                             "null: no limit)")
+
     def __call__(self, sweep_overrides: List[str], job_num: int, job_id: str, singleton_state: Any) -> JobReturn:
         """In the trial's process: compose its config and run it as Hydra runs a job."""
         Singleton.set_state(singleton_state)
@@ -196,11 +209,18 @@ class RlexpLocalLauncher(Launcher):
         jobs = [(list(overrides), n, f"local_{n}", state) for n, overrides in zip(numbers, job_overrides)]
         results = run_jobs(self._safe, jobs, sweep_dir / ".launcher", str(self.params.get("start_method", "forkserver")),
                            timeout_s=float(self.params.get("timeout_min") or 0) * 60 or None,
-                           names=[f"job_{n}" for n in numbers])
+                           names=[_log_name(overrides, n) for n, overrides in zip(numbers, job_overrides)])
         return [r if isinstance(r, JobReturn) else _failed(r) for r in results]
 
     def _safe(self, *args: Any) -> JobReturn:
         return _safe_call(self.__call__, *args)
+
+
+def _log_name(overrides: List[str], number: int) -> str:
+    """A job's console output is .launcher/<name>.out|.err: job_<n> for a search trial's job; a confirmation
+    run's is named after its folder (confirm/trial_3_seed_10000: confirm_trial_3_seed_10000)."""
+    subdir = next((o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.subdir=")), "")
+    return subdir.replace("/", "_") if subdir.startswith("confirm/") else f"job_{number}"
 
 
 def _failed(error: BaseException) -> JobReturn:
