@@ -41,7 +41,8 @@ def test_train_writes_history_checkpoints_and_summary(trained):
     df = pd.read_parquet(run / "history.parquet")
     assert {"mean_reward", "best_reward", "episode_reward", "step", "time", "episode"} <= set(df.columns)
     assert (np.diff(df["step"]) > 0).all()
-    assert (run / "history.png").exists() and (run / "checkpoints" / "best.ckpt").exists()
+    assert (run / "history.png").exists() and (run / "summary.json").exists()
+    assert not (run / "checkpoints" / "best.ckpt").exists()  # fewer episodes than one agent.reward_buffer_size
 
 
 def test_play_writes_a_readable_video_and_frames(trained):
@@ -162,7 +163,7 @@ def test_kill_then_resume_continues_the_history(tmp_path):
     (["+resume=no/such/run"], "no checkpoint"),
     (["buffer.initial_size=500", "buffer.max_size=100", "agent=dqn"], "initial_size=500 is greater"),
     (["model=nature_cnn"], "conv layers but the observations are vectors"),
-    (["agent=nosuch"], "Available options in 'agent'"),
+    (["agent=nosuch"], "agent presets: a2c, acer, ddpg"),
     (["agent.lr=abc"], "agent.lr='abc' must be a number"),
     (["agent=dqn", "buffer.max_size=big"], "buffer.max_size='big' must be an integer"),
     (["env.n_envs=0"], "env.n_envs=0 must be at least 1"),

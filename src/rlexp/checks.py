@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import inspect
+import math
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +12,19 @@ from rlexp.errors import UserError
 
 PROGRESS = ("auto", "bar", "log", "none")
 PRECISIONS = ("auto", False, True, "float16", "bfloat16")
+FALLBACKS = ("auto", "none", None)  # null: none
+SECTIONS = {"run": "run.max_steps=1e5", "play": "play.episodes=3"}
+
+
+def _one_of(value: Any, allowed: tuple) -> bool:
+    """`value` is one of `allowed`, where true and false are only the booleans (not 1 and 0)."""
+    return any(value is option if isinstance(option, bool) else value == option and not isinstance(value, bool)
+               for option in allowed)
+
+
+def _threads(key: str, value: Any) -> None:
+    if value != "auto" and (isinstance(value, bool) or not isinstance(value, int) or value < 0):
+        raise UserError(f"{key}={value!r} must be auto or a number of threads (0: all cores)")
 
 
 def _number(key: str, value: Any, minimum: float | None = None, above: float | None = None,
@@ -27,11 +41,24 @@ def _number(key: str, value: Any, minimum: float | None = None, above: float | N
             raise ValueError
     except (TypeError, ValueError):
         raise UserError(f"{key}={value!r} must be {kind}" + (" or null" if nullable else "")) from None
+    if not math.isfinite(number):
+        raise UserError(f"{key}={value!r} must be a finite number" + (" (null: none)" if nullable else ""))
     if minimum is not None and number < minimum:
         raise UserError(f"{key}={value!r} must be {kind} >= {minimum:g}")
     if above is not None and number <= above:
         raise UserError(f"{key}={value!r} must be {kind} > {above:g}")
     return number
+
+
+def check_command(cfg: DictConfig) -> None:
+    """Top-level values of this command line (not of a stored run config): fallback and the run/play sections."""
+    if not _one_of(cfg.get("fallback", "auto"), FALLBACKS):
+        raise UserError(f"fallback={cfg.fallback!r} must be auto (RL Zoo's defaults for a pair without a tuned preset) "
+                        "or none (or null: the agent preset's own values)")
+    for section, example in SECTIONS.items():
+        if not isinstance(cfg.get(section), DictConfig):
+            raise UserError(f"{section}={cfg.get(section)!r}: {section} is a section of settings; set its keys "
+                            f"instead, e.g. {example}")
 
 
 def check_settings(cfg: DictConfig) -> None:
@@ -51,12 +78,14 @@ def check_settings(cfg: DictConfig) -> None:
                         "set run.eval_interval too (e.g. run.eval_interval=10000)")
     if run.get("eval_interval", 0) and not run.eval_episodes:
         raise UserError("run.eval_interval needs run.eval_episodes >= 1")
-    if run.progress not in PROGRESS:
+    if not _one_of(run.progress, PROGRESS):
         raise UserError(f"run.progress={run.progress!r} must be one of {', '.join(PROGRESS)}")
-    if run.get("mixed_precision", False) not in PRECISIONS:
+    if not _one_of(run.get("mixed_precision", False), PRECISIONS):
         raise UserError(f"run.mixed_precision={run.mixed_precision!r} must be auto, false, true, float16 or bfloat16")
-    if run.get("eval_deterministic", "auto") not in ("auto", True, False):
+    if not _one_of(run.get("eval_deterministic", "auto"), ("auto", True, False)):
         raise UserError(f"run.eval_deterministic={run.eval_deterministic!r} must be auto, true or false")
+    for key in ("tf_threads", "tf_inter_threads"):
+        _threads(f"run.{key}", run.get(key, "auto"))
     play = cfg.play
     _number("play.episodes", play.episodes, minimum=1, integer=True)
     _number("play.frame_frequency", play.frame_frequency, minimum=1, integer=True)

@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import functools
 import importlib
+import inspect
 from typing import Any, Callable, Mapping, Sequence
 
 import gymnasium as gym
@@ -123,6 +124,9 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     `env_wrappers`); envs with wrappers are built as sync or async env copies.
     """
     import_env_modules(imports)
+    if kwargs is not None and not isinstance(kwargs, Mapping):
+        raise UserError(f"env.kwargs={kwargs!r} must be a mapping of the env's keyword arguments; set them one by one: "
+                        "+env.kwargs.<name>=<value>")
     if ":" in env_id:  # gymnasium's module:EnvId form
         module, env_id = env_id.split(":", 1)
         import_env_modules([module], key="env.id")
@@ -191,12 +195,33 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
                             vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **make_kwargs)
     except (gym.error.DependencyNotInstalled, ModuleNotFoundError, ImportError) as e:
         raise UserError(f"env.id={env_id!r} can't be built: {e}") from None
+    except (TypeError, ValueError, gym.error.Error) as e:
+        if not kwargs or render_mode and "render_mode" in str(e):
+            raise
+        raise UserError(rejected_kwargs(env_id, dict(kwargs), e)) from None
     envs.reset(seed=seed)
     if isinstance(envs, gym.vector.SyncVectorEnv):
         envs.structured_observation_space = getattr(envs.envs[0], "structured_space", None)
     else:  # worker processes: every copy has the attribute (`wrap_marked`)
         envs.structured_observation_space = envs.get_attr("structured_space")[0]
     return envs
+
+
+def rejected_kwargs(env_id: str, kwargs: dict[str, Any], error: Exception) -> str:
+    """One line for env.kwargs that `env_id`'s constructor refused, with the arguments it takes."""
+    reason = str(error).split(" was raised from the environment creator")[0]
+    takes = ""
+    try:
+        creator = gym.spec(env_id).entry_point
+        if isinstance(creator, str):
+            creator = gym.envs.registration.load_env_creator(creator)
+        names = [name for name, p in inspect.signature(creator).parameters.items()
+                 if name != "render_mode" and p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        takes = f"; {env_id} takes {', '.join(names)}" if names else f"; {env_id} takes no keyword arguments"
+    except (gym.error.Error, ImportError, AttributeError, TypeError, ValueError):
+        pass
+    return (f"env.kwargs={kwargs}: {env_id} rejected them ({reason}){takes}; fix or remove them "
+            "(~env.kwargs.<name> removes one)")
 
 
 class FlattenStructured(gym.wrappers.FlattenObservation):

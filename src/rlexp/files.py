@@ -19,6 +19,7 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, mode) as f:
+            os.fchmod(f.fileno(), 0o666 & ~current_umask())  # mkstemp's 0600 opened up as open() would
             yield f
             f.flush()
             os.fsync(f.fileno())
@@ -31,6 +32,24 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
         dir_fd = os.open(path.parent, os.O_RDONLY)
         os.fsync(dir_fd)
         os.close(dir_fd)
+
+
+PROC_STATUS = "/proc/self/status"
+
+
+def current_umask() -> int:
+    """The process's file-creation mask, read from /proc without changing it; where /proc is missing, read by
+    setting a strict one for an instant and restoring it."""
+    try:
+        with open(PROC_STATUS) as status:
+            for line in status:
+                if line.startswith("Umask:"):
+                    return int(line.split()[1], 8)
+    except (OSError, ValueError, IndexError):
+        pass
+    mask = os.umask(0o077)
+    os.umask(mask)
+    return mask
 
 
 def write_atomic(path: str | os.PathLike, writer: Callable[[IO], None]) -> None:

@@ -2,13 +2,17 @@
 --multirun tunes). Hydra composes the config; `mode` picks the command (rlexp.commands)."""
 from __future__ import annotations
 
+import functools
 import gc
 import logging
 import os
 import sys
+from argparse import Action
+from typing import Any, Callable
 
 import hydra
 from omegaconf import DictConfig
+from omegaconf.errors import InterpolationResolutionError
 
 from rlexp.commands.init import init_presets
 from rlexp.commands.play import play_or_eval
@@ -35,17 +39,22 @@ def main(cfg: DictConfig) -> float:
     try:
         if cfg.mode not in MODES:
             raise UserError(f"mode={cfg.mode} is unknown; use one of {', '.join(MODES)}")
-        from rlexp.checks import check_settings
+        from rlexp.checks import check_command, check_settings
 
+        check_command(cfg)
         check_settings(cfg)
         return MODES[cfg.mode](cfg)
     except UserError as e:
         _fail(str(e), 2)
+    except InterpolationResolutionError as e:  # a ${...} in a preset or on the command line that leads nowhere
+        message = str(e).splitlines()[0] if str(e) else type(e).__name__
+        _fail(f"{e.full_key or 'config'}: {message}; fix that ${{...}} in your preset or on the command line", 2)
     except TrainingDiverged as e:
         _fail(f"training diverged: {e}; the last good checkpoint is in checkpoints/last.ckpt", 1)
     except OSError as e:  # disk full, permissions, ...: the previous checkpoint stays complete
-        _fail(f"could not write {e.filename or 'a file'}: {e.strerror or e}; the previous checkpoint is intact "
-              "(free space or fix permissions, then +resume)", 1)
+        after = ("; the previous checkpoint is intact (free space or fix permissions, then +resume)"
+                 if cfg.get("mode") == "train" else " (free space or fix permissions)")
+        _fail(f"could not write {e.filename or 'a file'}: {e.strerror or e}{after}", 1)
     finally:  # a sweep's next trial in this process: this trial's objects can be collected again
         gc.unfreeze()
         gc.enable()
@@ -59,11 +68,117 @@ def _fail(message: str, code: int) -> None:
     sys.exit(code)
 
 
+def hydra_options() -> dict[str, Action]:
+    """Hydra's command-line options: {flag: its argparse action}."""
+    from hydra._internal.utils import get_args_parser
+
+    return {flag: action for action in get_args_parser()._actions for flag in action.option_strings}
+
+
+def options_first(args: list[str]) -> list[str]:
+    """The command line with Hydra's options (--config-dir DIR, -cd=DIR, -m, ...) before the overrides, wherever
+    they were given: Hydra's parser takes overrides only after the last option. An option whose value is optional
+    (--info) takes the next argument only if that is not an override; given alone it is written with its default
+    value (--info=all), so that the override after it is not read as its value."""
+    options, overrides, actions = [], [], hydra_options()
+    i = 0
+    while i < len(args):
+        flag, equals, _ = args[i].partition("=") if args[i].startswith("-") else (args[i], "", "")
+        action = actions.get(flag)
+        if action is None:
+            overrides.append(args[i])
+            i += 1
+        elif equals or action.nargs == 0:
+            options.append(args[i])
+            i += 1
+        elif action.nargs == "?":
+            given = i + 1 < len(args) and not is_override_or_option(args[i + 1])
+            options += [args[i], args[i + 1]] if given else [f"{args[i]}={action.const}"]
+            i += 2 if given else 1
+        else:
+            options += args[i:i + 2]
+            i += 2
+    return options + overrides
+
+
+def is_override_or_option(arg: str) -> bool:
+    """Whether a command-line argument is an override (key=value, +key=value, ~key) or an option (-m)."""
+    return arg.startswith(("-", "+", "~")) or "=" in arg
+
+
+def check_config_dir(args: list[str]) -> None:
+    """--config-dir names an existing directory (the presets of `mode=init +dir=DIR`)."""
+    from hydra_plugins.rlexp_searchpath import user_config_dir
+
+    directory = user_config_dir(args)
+    if directory is None:
+        return
+    if not os.path.isdir(directory):
+        problem = "is a file, not a directory" if os.path.exists(directory) else "does not exist"
+        raise UserError(f"--config-dir {directory}: {os.path.abspath(directory)} {problem}; pass the directory of "
+                        f"your presets, or make one with: python -m rlexp mode=init +dir={directory}")
+
+
+def report_input_errors(report: Callable[[Callable[[], Any]], Any], func: Callable[[], Any]) -> Any:
+    """Hydra's run_and_report, with Hydra's errors about the command line (unknown preset, unknown key, override
+    syntax) as one line and exit code 2. HYDRA_FULL_ERROR=1 keeps Hydra's full report."""
+    import yaml
+    from hydra.errors import ConfigCompositionException, OverrideParseException
+
+    from rlexp.errors import hydra_error_line
+
+    def attempt() -> Any:
+        try:
+            return func()
+        except (ConfigCompositionException, OverrideParseException, yaml.YAMLError) as e:
+            line = None if os.environ.get("HYDRA_FULL_ERROR") == "1" else hydra_error_line(e)
+            if line is None:
+                raise
+            print(f"error: {line}", file=sys.stderr)
+            sys.exit(2)
+
+    return report(attempt)
+
+
+def check_each_override(apply: Callable[[list[Any], DictConfig], None]) -> Callable[[list[Any], DictConfig], None]:
+    """Hydra's step that applies the key=value overrides to the composed config, refusing first a key that goes
+    below a value (agent.lr.x=3 where agent.lr is a number) with one line that says so."""
+    from hydra.errors import ConfigCompositionException
+
+    from rlexp.errors import value_as_section
+
+    def apply_checked(overrides: list[Any], cfg: DictConfig) -> None:
+        for override in overrides:
+            if override.package is None and not (override.is_delete() or override.is_force_add()):
+                line = value_as_section(override.key_or_group, cfg)
+                if line is not None:
+                    raise ConfigCompositionException(line)
+            apply([override], cfg)
+
+    apply_checked.checked = True  # type: ignore[attr-defined]
+    return apply_checked
+
+
 def cli() -> None:
     """The `rlexp` command: Hydra's own errors before the task starts (unknown group option, bad override
     syntax, missing config) are user input errors too, so they exit with 2 like ours."""
     # the agent and env presets pick the default network; an explicit model=auto means the same default
-    sys.argv = [arg for arg in sys.argv if arg != "model=auto"]
+    args = options_first([arg for arg in sys.argv[1:] if arg != "model=auto"])
+    sys.argv = sys.argv[:1] + args
+    try:
+        check_config_dir(args)
+    except UserError as e:
+        print(f"error: {e}", file=sys.stderr)
+        sys.exit(2)
+    from hydra._internal import utils as hydra_utils
+
+    if not isinstance(hydra_utils.run_and_report, functools.partial):  # once per process
+        hydra_utils.run_and_report = functools.partial(report_input_errors, hydra_utils.run_and_report)
+    from hydra._internal.config_loader_impl import ConfigLoaderImpl
+
+    if not hasattr(ConfigLoaderImpl._apply_overrides_to_config, "checked"):  # once per process
+        ConfigLoaderImpl._apply_overrides_to_config = staticmethod(  # type: ignore[method-assign]
+            check_each_override(ConfigLoaderImpl._apply_overrides_to_config))
     try:
         main()
     except SystemExit as e:

@@ -5,6 +5,7 @@ import logging
 import os
 import time
 from pathlib import Path
+from typing import Sequence
 
 import numpy as np
 
@@ -16,7 +17,7 @@ log = logging.getLogger("rlexp")
 
 def writable_dir(path: str | os.PathLike, key: str) -> Path:
     """Create `path` if needed and check it can be written, or raise a one-line UserError naming `key`."""
-    path = Path(path).expanduser()
+    path = check_writable_dir(path, key)
     try:
         path.mkdir(parents=True, exist_ok=True)
     except OSError as e:
@@ -24,6 +25,67 @@ def writable_dir(path: str | os.PathLike, key: str) -> Path:
     if not os.access(path, os.W_OK | os.X_OK):
         raise UserError(f"+{key}={path} is not writable; pick a writable directory")
     return path
+
+
+def check_writable_dir(path: str | os.PathLike, key: str) -> Path:
+    """Check, creating nothing, that `path` is a writable directory or can be made one, or raise a one-line
+    UserError naming `key`."""
+    path = Path(path).expanduser()
+    existing = Path(os.path.abspath(path))
+    while not existing.exists() and existing.parent != existing:
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"+{key}={path} can't be created ({existing} is not a directory); pick a writable directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"+{key}={path} is not writable; pick a writable directory")
+    return path
+
+
+def declared_render_modes(env_id: str, imports: Sequence[str] = ()) -> list[str] | None:
+    """The render modes that `env_id`'s class lists in its metadata["render_modes"]; None where unknown
+    (an unregistered id, or an entry point without metadata)."""
+    import gymnasium as gym
+    from gymnasium.envs.registration import load_env_creator
+
+    from rlexp.envs import import_env_modules
+
+    import_env_modules(imports)
+    if ":" in env_id:
+        module, env_id = env_id.split(":", 1)
+        import_env_modules([module], key="env.id")
+    try:
+        entry_point = gym.spec(env_id).entry_point
+        creator = entry_point if callable(entry_point) else load_env_creator(entry_point)
+    except (gym.error.Error, ImportError, AttributeError, ValueError):
+        return None
+    metadata = getattr(creator, "metadata", None)
+    return list(metadata.get("render_modes") or []) if isinstance(metadata, dict) else None
+
+
+def check_render_mode(env_id: str, imports: Sequence[str], render_mode: str, option: str) -> None:
+    """Raise a one-line UserError naming `option` when `env_id` does not render with `render_mode`."""
+    modes = declared_render_modes(env_id, imports)
+    if modes is None or render_mode in modes:
+        return
+    if render_mode == "human" and {"rgb_array", "rgb_array_list"} & set(modes):
+        return  # gymnasium shows its RGB frames in a window
+    raise UserError(f"{option} needs an env that renders with render_mode={render_mode!r}, but {env_id} lists "
+                    f"render_modes {modes}; add {render_mode!r} to its class's metadata['render_modes'] and "
+                    f"accept render_mode in its __init__, or play without {option}")
+
+
+def rgb_frame(envs) -> np.ndarray:
+    """The first env's current frame as an RGB(A) array, or a one-line UserError if the envs give none."""
+    try:
+        rendered = envs.render()
+    except NotImplementedError:
+        rendered = None
+    frame = rendered[0] if isinstance(rendered, (tuple, list)) and rendered else rendered
+    if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[-1] in (3, 4)):
+        raise UserError(f"recording a video or frames needs RGB frames, but the env's render() gave "
+                        f"{type(frame).__name__}; make the envs with render_mode='rgb_array' (the env class must "
+                        "support it)")
+    return frame[..., :3]
 
 
 def write_video(frames: list[np.ndarray], path: Path, fps: int) -> None:
@@ -44,8 +106,8 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
     """Play `episodes` episodes in a 1-env vector env (deterministic actions, or drawn from the policy);
     returns each episode's return. A `recorder` (rlexp.demos.DemoRecorder) keeps the episodes as
     demonstrations."""
-    video_path = writable_dir(video_dir, "video_dir") if video_dir else None
-    frame_path = writable_dir(frame_dir, "frame_dir") if frame_dir else None
+    video_path = check_writable_dir(video_dir, "video_dir") if video_dir else None
+    frame_path = check_writable_dir(frame_dir, "frame_dir") if frame_dir else None
     capture = video_path is not None or frame_path is not None
     if not render:  # off-screen frames need no display or sound device (SDL would complain on stderr)
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
@@ -58,8 +120,9 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
     total, frame_index, starts = 0.0, 0, np.ones(1, bool)
     while len(returns) < episodes:
         if capture:
-            frame = envs.render()
-            frame = frame[0] if isinstance(frame, (tuple, list)) else frame
+            frame = rgb_frame(envs)
+            if frame_path is not None and frame_index == 0:  # made once the env proves it gives frames
+                writable_dir(frame_path, "frame_dir")
             if video_path is not None:
                 frames.append(frame)
             if frame_path is not None and frame_index % max(int(frame_frequency), 1) == 0:
@@ -80,7 +143,7 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
             log.info(f"episode {len(returns)}: return {total:.{agent.display_precision}f}")
             total = 0.0
     if video_path is not None and frames:
-        path = video_path / f"{name}.mp4"
+        path = writable_dir(video_path, "video_dir") / f"{name}.mp4"
         write_video(frames, path, fps)
         log.info(f"video: {path} ({len(frames)} frames)")
     if frame_path is not None:

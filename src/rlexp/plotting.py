@@ -2,8 +2,10 @@
 confidence band on a common step grid, and a table of rliable's statistics of the final scores."""
 from __future__ import annotations
 
+import collections
 import glob
 import itertools
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -30,13 +32,30 @@ class Run:
     config: dict[str, Any]
     history: pd.DataFrame
     evaluations: pd.DataFrame | None = None
+    final_eval: dict[str, Any] | None = None  # summary.json's final evaluation
 
     @property
     def final_score(self) -> float:
-        """The last evaluation during training if there were some, else the last training mean return."""
+        """The score the statistics aggregate (see `score`)."""
+        return self.score[0]
+
+    @property
+    def score(self) -> tuple[float, str]:
+        """(score, what it is): the final evaluation of the run's weights (when it evaluated its last
+        weights), else the last evaluation during training, else the last training mean return."""
+        last_step = int(self.history["step"].iloc[-1]) if len(self.history) else 0
+        final = self.final_eval
+        if final is not None and int(final["step"]) >= last_step:
+            kind = "" if final.get("deterministic", True) else "stochastic "
+            return float(final["mean_return"]), f"final evaluation, {int(final['episodes'])} {kind}episodes"
         if self.evaluations is not None and len(self.evaluations):
-            return float(self.evaluations["mean_return"].iloc[-1])
-        return float(self.history["mean_reward"].iloc[-1]) if len(self.history) else float("nan")
+            row = self.evaluations.iloc[-1]
+            episodes = f", {int(row['episodes'])} episodes" if "episodes" in row else ""
+            return float(row["mean_return"]), f"last evaluation during training{episodes}"
+        if not len(self.history):
+            return float("nan"), "no episode"
+        window = min(len(self.history), int(flat(self.config).get("agent.reward_buffer_size") or 100))
+        return float(self.history["mean_reward"].iloc[-1]), f"last training mean, {window} episodes"
 
 
 @dataclass
@@ -47,6 +66,14 @@ class Group:
     @property
     def env_id(self) -> str:
         return str(flat(self.runs[0].config).get("env.id", "?"))
+
+    @property
+    def score_kind(self) -> str:
+        """What the runs' scores are: one kind, or each kind with its number of runs."""
+        kinds = collections.Counter(run.score[1] for run in self.runs)
+        if len(kinds) == 1:
+            return next(iter(kinds))
+        return "; ".join(f"{kind} ({n} run{'s' * (n > 1)})" for kind, n in kinds.items())
 
 
 def configuration(config: Mapping[str, Any]) -> dict[str, Any]:
@@ -59,8 +86,10 @@ def load_run(path: Path) -> Run:
     config_file = path / ".hydra" / "config.yaml"
     config = OmegaConf.to_container(with_legacy_defaults(OmegaConf.load(config_file))) if config_file.exists() else {}
     evaluations = path / "evaluations.parquet"
+    summary = path / "summary.json"
+    final = json.loads(summary.read_text()).get("final_eval") if summary.exists() else None
     return Run(path, config, pd.read_parquet(path / "history.parquet"),
-               pd.read_parquet(evaluations) if evaluations.exists() else None)
+               pd.read_parquet(evaluations) if evaluations.exists() else None, final)
 
 
 def group_runs(runs: list[Run]) -> list[Group]:
@@ -129,6 +158,7 @@ def statistics(groups: list[Group], gamma: float | None) -> tuple[pd.DataFrame, 
         for name in names:
             point, low, high = stats[g.label][name]
             row.update({name: point, f"{name}_low": low, f"{name}_high": high})
+        row["score"] = g.score_kind
         rows.append(row)
     pairs = []
     for x, y in itertools.permutations(groups, 2):
@@ -143,13 +173,15 @@ def markdown(table: pd.DataFrame, pairs: pd.DataFrame, gamma: float | None) -> s
         return f"{row[name]:.4g} [{row[name + '_low']:.4g}, {row[name + '_high']:.4g}]"
 
     has_gap = gamma is not None
-    lines = ["Final scores (the last evaluation, else the last training mean return): 95% stratified bootstrap "
-             "intervals (rliable).", "",
-             "| group | env | runs | IQM | mean |" + (f" optimality gap (γ={gamma:g}) |" if has_gap else ""),
-             "|---|---|---:|---|---|" + ("---|" if has_gap else "")]
+    lines = ["Final scores, each run's final evaluation where it has one (else its last evaluation during "
+             "training, else its last training mean return; the score column says which): 95% stratified "
+             "bootstrap intervals (rliable).", "",
+             "| group | env | runs | IQM | mean |" + (f" optimality gap (γ={gamma:g}) |" if has_gap else "")
+             + " score |",
+             "|---|---|---:|---|---|" + ("---|" if has_gap else "") + "---|"]
     for _, row in table.iterrows():
         lines.append(f"| {row['group']} | {row['env']} | {row['runs']} | {cell(row, 'iqm')} | {cell(row, 'mean')} |"
-                     + (f" {cell(row, 'optimality_gap')} |" if has_gap else ""))
+                     + (f" {cell(row, 'optimality_gap')} |" if has_gap else "") + f" {row['score']} |")
     if len(pairs):
         lines += ["", "Probability of improvement P(X > Y):", "", "| X | Y | P(X > Y) |", "|---|---|---|"]
         lines += [f"| {r['x']} | {r['y']} | {r['p_x_beats_y']:.3f} [{r['low']:.3f}, {r['high']:.3f}] |"
@@ -189,9 +221,10 @@ def find_runs(patterns: list[str], base: Path) -> list[Path]:
     return list(dict.fromkeys(dirs))
 
 
-def plot_runs(patterns: list[str], base: Path, output: Path, gamma: float | None) -> list[Group]:
-    """The PNG at `output` and its tables beside it (<output>.md, <output>.csv, <output>_pairs.csv).
-    `gamma`: the score the optimality gap is measured below (default: the runs' common run.target_reward)."""
+def plot_runs(patterns: list[str], base: Path, output: Path, gamma: float | None) -> pd.DataFrame:
+    """The PNG at `output` and its tables beside it (<output>.md, <output>.csv, <output>_pairs.csv); returns
+    the groups' table. `gamma`: the score the optimality gap is measured below (default: the runs' common
+    run.target_reward)."""
     dirs = find_runs(patterns, base)
     if not dirs:
         raise UserError(f"+runs={patterns}: no run dir with a history.parquet matches")
@@ -209,4 +242,4 @@ def plot_runs(patterns: list[str], base: Path, output: Path, gamma: float | None
     if len(pairs):
         pairs_path = output.with_name(output.stem + "_pairs.csv")
         write_atomic(pairs_path, lambda f: f.write(pairs.to_csv(index=False).encode()))
-    return groups
+    return table

@@ -2,6 +2,8 @@
 with, and what +resume may change; plus what Hydra says about the current command."""
 from __future__ import annotations
 
+import logging
+import re
 from pathlib import Path
 from typing import Any
 
@@ -11,6 +13,27 @@ from omegaconf import DictConfig, OmegaConf
 from rlexp.errors import UserError
 
 CHECKPOINT = Path("checkpoints") / "last.ckpt"
+log = logging.getLogger("rlexp")
+GENERIC_ENV = "generic"  # the env preset that takes any gymnasium id in env.id
+
+
+def env_display_name(choice: str | None, env_id: str) -> str:
+    """How run dirs and studies name an env: its preset's name (`cartpole`), or for env=generic the id it runs,
+    usable as a file name: `MountainCar-v0`, `ALE/Pong-v5` -> `ALE-Pong-v5`, `my_envs:Corridor-v0` -> `Corridor-v0`."""
+    if choice and str(choice) != GENERIC_ENV:
+        return str(choice)
+    name = str(env_id).rsplit(":", 1)[-1]
+    return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or GENERIC_ENV
+
+
+OmegaConf.register_new_resolver("rlexp.env_name", env_display_name, replace=True)  # run_name in conf/config.yaml
+
+
+def env_command(choice: str | None, env_id: str) -> str:
+    """The env part of a command line that selects this env again: `env=cartpole`, `env=generic env.id=<id>`."""
+    if choice and str(choice) != GENERIC_ENV:
+        return f"env={choice}"
+    return f"env={GENERIC_ENV} env.id={env_id}"
 
 
 def run_config(cfg: DictConfig) -> dict[str, Any]:
@@ -40,6 +63,10 @@ def find_checkpoint(cfg: DictConfig, explicit: str | None) -> Path:
         path = absolute(explicit)
         if path.is_dir():
             path = path / CHECKPOINT
+        last = path.with_name(CHECKPOINT.name)
+        if not path.exists() and path.name == "best.ckpt" and last.exists():
+            log.info(f"{path} does not exist ({no_best_reason(last)}): using {last}")
+            return last
         if not path.exists():
             raise UserError(f"+checkpoint={explicit}: {path} does not exist; pass a run dir "
                             "(outputs/<date>/<time>_<agent>_<env>) or a .ckpt file")
@@ -57,7 +84,21 @@ def find_checkpoint(cfg: DictConfig, explicit: str | None) -> Path:
             return ckpt
     name = HydraConfig.get().runtime.choices
     raise UserError(f"no trained run of agent={name.get('agent')} on {cfg.env.id} under outputs/; train first "
-                    f"(python -m rlexp agent={name.get('agent')} env={name.get('env')}) or pass +checkpoint=<run dir>")
+                    f"(python -m rlexp agent={name.get('agent')} {env_command(name.get('env'), cfg.env.id)}) "
+                    "or pass +checkpoint=<run dir>")
+
+
+def no_best_reason(last: Path) -> str:
+    """Why a run has no best.ckpt, from its last checkpoint: no evaluation yet, or too few episodes."""
+    from rlexp.agents.base import Agent
+
+    state = Agent.read_state(last)
+    config = state.get("config") or {}
+    if int((config.get("run") or {}).get("eval_interval") or 0) > 0:
+        return "no evaluation during training yet"
+    window = (config.get("agent") or {}).get("reward_buffer_size", "?")
+    return (f"a best needs a full agent.reward_buffer_size={window} window of episodes; the run has "
+            f"{int(state.get('episodes', 0)):,}")
 
 
 def stored_config(ckpt: Path, cfg: DictConfig) -> DictConfig:
@@ -75,6 +116,9 @@ def stored_config(ckpt: Path, cfg: DictConfig) -> DictConfig:
         key = override.split("=", 1)[0].lstrip("+~")
         if key.startswith("run."):
             OmegaConf.update(merged, key, OmegaConf.select(cfg, key), force_add=True)
+    if cfg.mode == "eval" and not merged.run.get("eval_episodes"):
+        raise UserError(f"mode=eval: run.eval_episodes={merged.run.get('eval_episodes')} (the run's own setting "
+                        f"unless set here) evaluates nothing; pass run.eval_episodes={cfg.run.eval_episodes or 20}")
     return merged
 
 
@@ -123,8 +167,8 @@ def check_resume_overrides(cfg: DictConfig, stored: DictConfig) -> None:
 
 
 def new_run_dir(cfg: DictConfig) -> Path:
-    """A fresh training run's dir: the sweep's trial dir, else run_dir (outputs/<date>/<time>_<agent>_<env>),
-    with a numeric suffix when a run of the same second holds that name. Not made yet."""
+    """A fresh training run's dir: the sweep's trial dir, else run_dir (outputs/<date>/<time>_<agent>_<env>, the env
+    named by `env_display_name`), with a numeric suffix when a run of the same second holds that name. Not made yet."""
     if in_sweep():
         return Path(HydraConfig.get().runtime.output_dir)
     run_dir = absolute(str(cfg.run_dir))

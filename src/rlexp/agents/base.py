@@ -112,7 +112,8 @@ class Agent:
         schedule_steps: env steps over which linear schedules decay to 0 (None: the fit's max_steps). Set it
             to stop a run partway through a longer schedule, e.g. the first 10M frames of RL Zoo's 40M.
         optimizer: 'adam' or 'rmsprop' (RMSprop with rho 0.99 and `opt_epsilon`, as in A2C papers and SB3).
-        reward_buffer_size: episodes in the running mean reward.
+        reward_buffer_size: episodes in the running mean reward; the best mean (best.ckpt) and plateaus count
+            only means over a full window.
         divergence_monitoring_steps: steps after which plateau LR reduction and early stopping act (None: off).
         plateau_reduce_factor: LR multiplier when the mean reward has not improved for
             `plateau_reduce_patience` episodes; `early_stop_patience` such reductions in a row stop training.
@@ -454,18 +455,26 @@ class Agent:
     def mean_reward(self) -> float:
         return float(np.mean(self.rewards)) if self.rewards else -math.inf
 
+    @property
+    def window_full(self) -> bool:
+        """Whether the running mean covers a full `reward_buffer_size` window of episodes (a best needs one)."""
+        return len(self.rewards) >= self.reward_buffer_size
+
     def _record_episodes(self, elapsed: float) -> bool:
-        """Turn finished episodes into history rows; plateau logic. Returns True if the mean improved."""
+        """Turn finished episodes into history rows; plateau logic. Returns True if the mean improved.
+
+        The best mean (`best_reward`, best.ckpt) and the plateau logic count only means over a full window:
+        the mean of the first few episodes says little about the weights."""
         improved = False
         monitoring = self.divergence_monitoring_steps is not None and self.steps >= float(self.divergence_monitoring_steps)
         for step, ret in self._finished:
             self.episodes += 1
             self.rewards.append(ret)
             mean = self.mean_reward
-            if mean > self.best_reward:
+            if self.window_full and mean > self.best_reward:
                 self.best_reward, improved = mean, True
                 self.plateau_count = self.early_stop_count = 0
-            elif monitoring:
+            elif self.window_full and monitoring:
                 self.plateau_count += 1
                 if self.plateau_count >= self.plateau_reduce_patience:
                     self.plateau_count = 0
@@ -485,15 +494,31 @@ class Agent:
         enough = len(self.rewards) >= min(self.reward_buffer_size, 10)
         return target_reward is not None and enough and self.mean_reward >= float(target_reward)
 
+    def stop_reason(self, max_steps: int, target_reward: float | None, interrupted: bool = False) -> str | None:
+        """Why training ends now (max_steps, interrupted, target_reward, early_stop), or None to go on."""
+        if self.steps >= max_steps:
+            return "max_steps"
+        if interrupted:
+            return "interrupted"
+        if self.target_reached(target_reward):
+            return "target_reward"
+        if self.early_stop_count >= self.early_stop_patience > 0:
+            return "early_stop"
+        return None
+
     def fit(self, max_steps: float, target_reward: float | None = None, run_dir: str | Path | None = None,
             checkpoint_interval: float = 30.0, history_interval: float = 2.0, progress: str = "auto",
             config: Mapping[str, Any] | None = None, tracker: Any = None, evaluator: Any = None) -> dict[str, Any]:
         """Train until `max_steps` env steps, the target mean reward, or early stopping.
 
         With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there; best.ckpt
-        holds the best training mean, or with an `evaluator` (rlexp.evaluation.Evaluator) the best evaluation.
-        `tracker` (see rlexp.tracking) receives episode returns, losses, learning rate, steps/s and evaluations.
-        Returns a summary: steps, seconds, reason, mean and best reward.
+        holds the best mean over a full `reward_buffer_size` window of training episodes (none before the first
+        full window), or with an `evaluator` (rlexp.evaluation.Evaluator) the best evaluation.
+        `tracker` (see rlexp.tracking) receives episode returns, losses, learning rate, steps/s and evaluations;
+        it is flushed with the history.
+        Returns a summary of the whole run (all sessions of a resumed one): steps, seconds (training time),
+        steps_per_s, reason, mean and best reward, episodes; session_steps and session_seconds of this call;
+        already_finished when the run had ended before this call (nothing trained).
         """
         from rlexp.tracking import Tracker
 
@@ -506,26 +531,18 @@ class Agent:
             self.history.path = run_dir / "history.parquet"
         bar = Progress(self.max_steps, "none" if self.quiet else progress, self.log_frequency or 10,
                        self.display_precision, initial_steps=self.steps)
-        start_steps, reason = self.steps, "max_steps"
+        start_steps = self.steps
         last_checkpoint = last_flush = last_best = time.perf_counter()
         best_pending = False
         session_start, base_time = time.perf_counter(), self.train_time
-        stop = [False]
+        stop, iterations = [False], 0
         try:
             with stop_on_interrupt(stop):
-                while self.steps < self.max_steps:
-                    if stop[0]:
-                        reason = "interrupted"
-                        break
-                    if self.target_reached(target_reward):
-                        reason = "target_reward"
-                        break
-                    if self.early_stop_count >= self.early_stop_patience > 0:
-                        reason = "early_stop"
-                        break
+                while (reason := self.stop_reason(self.max_steps, target_reward, stop[0])) is None:
                     self._apply_lr()
                     self.pause_step = evaluator.next_step if evaluator is not None else None
                     metrics = self.train_iteration()
+                    iterations += 1
                     self.check_finite(metrics)
                     self.train_time = base_time + time.perf_counter() - session_start
                     rows = len(self.history)
@@ -543,9 +560,11 @@ class Agent:
                         best_pending, last_best = False, now
                     if now - last_checkpoint >= checkpoint_interval:
                         self.save(run_dir / "checkpoints" / "last.ckpt")
+                        tracker.flush()
                         last_checkpoint = last_flush = now
                     elif now - last_flush >= history_interval:
                         self.history.flush()
+                        tracker.flush()
                         last_flush = now
         finally:
             bar.close()
@@ -553,11 +572,22 @@ class Agent:
             if best_pending:
                 self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
             self.save(run_dir / "checkpoints" / "last.ckpt")
+            tracker.flush()
             if len(self.history):
                 plot_history({run_dir.name: self.history.frame()}, run_dir / "history.png")
-        seconds = self.train_time - base_time
-        return dict(steps=self.steps, seconds=seconds, steps_per_s=(self.steps - start_steps) / max(seconds, 1e-9),
-                    reason=reason, mean_reward=self.mean_reward, best_reward=self.best_reward, episodes=self.episodes)
+            if evaluator is None and not (run_dir / "checkpoints" / "best.ckpt").exists():
+                log.info(f"no checkpoints/best.ckpt: {self.episodes:,} episodes, fewer than one full "
+                         f"agent.reward_buffer_size={self.reward_buffer_size} window (play and eval use last.ckpt)")
+        return self._summary(reason, start_steps, base_time, already_finished=iterations == 0 and
+                             reason != "interrupted")
+
+    def _summary(self, reason: str, start_steps: int, base_time: float, already_finished: bool) -> dict[str, Any]:
+        """What `fit` returns: the whole run's totals and this call's share."""
+        seconds = self.train_time
+        return dict(steps=self.steps, seconds=seconds, steps_per_s=self.steps / seconds if seconds > 0 else 0.0,
+                    session_steps=self.steps - start_steps, session_seconds=self.train_time - base_time,
+                    reason=reason, already_finished=already_finished, mean_reward=self.mean_reward,
+                    best_reward=self.best_reward, episodes=self.episodes)
 
     def _evaluate_now(self, evaluator: Any, tracker: Any) -> float:
         """One evaluation during training: logged, tracked, checkpointed by the evaluator. Returns its
@@ -588,7 +618,8 @@ class Agent:
                                      "train/steps_per_s": (self.steps - start_steps) / max(seconds, 1e-9)})
 
     def first_update_step(self) -> int:
-        """Env steps collected before the first gradient step (a shorter run learns nothing)."""
+        """The fewest env steps (run.max_steps) of a run that makes a gradient step: a shorter one learns
+        nothing. 0: the first iteration learns (an on-policy rollout is collected whole, past max_steps)."""
         return 0
 
     def check_finite(self, metrics: Mapping[str, float]) -> None:

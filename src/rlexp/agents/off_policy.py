@@ -40,7 +40,8 @@ class OffPolicyAgent(Agent):
     action space's bounds when stepping; such agents need a bounded action space.
 
     Args (besides `Agent`'s):
-        buffer: a `ReplayBuffer` (default) or `FrameBuffer`; training starts when it holds `initial_size`.
+        buffer: a `ReplayBuffer` (default) or `FrameBuffer`; training starts when it holds `initial_size` (random
+            actions until then, with `random_warmup`). A `PrioritizedReplayBuffer` needs `prioritized_replay`.
         train_freq: vector env steps between update phases.
         gradient_steps: gradient updates per phase (-1: one per collected transition).
     """
@@ -53,13 +54,17 @@ class OffPolicyAgent(Agent):
     random_warmup = True  # uniform random actions until the buffer holds `initial_size`
     row_blocks = False  # run large forward passes in `batch_parts` row blocks (see `in_row_blocks`)
     grouped_updates = False  # the update is `critic_step` + an `actor_step` every `policy_delay` (see `_train_groups`)
+    prioritized_replay = False  # `update_batch` weights its loss by batch["weights"] and returns "td_errors"
 
     def __init__(self, envs, model=None, buffer=None, *, train_freq: int = 1, gradient_steps: int = 1,
                  **kwargs: Any) -> None:
-        if buffer is None:
-            from rlexp.buffers import ReplayBuffer
+        from rlexp.buffers import PrioritizedReplayBuffer, ReplayBuffer
 
+        if buffer is None:
             buffer = ReplayBuffer()
+        if isinstance(buffer, PrioritizedReplayBuffer) and not self.prioritized_replay:
+            raise UserError(f"buffer=prioritized (prioritized replay) is supported by DQN and DQfD, not "
+                            f"{type(self).__name__}; use its own buffer preset (leave buffer= out)")
         self.train_freq, self.gradient_steps = int(train_freq), int(gradient_steps)
         if self.train_freq < 1:
             raise UserError(f"agent.train_freq={train_freq} must be at least 1")
@@ -81,7 +86,11 @@ class OffPolicyAgent(Agent):
 
     # ----- to implement in algorithms ---------------------------------------------------------------
     def first_update_step(self) -> int:
-        return 0 if getattr(self, "pretrain_steps", 0) else self.buffer.initial_size  # DQfD learns before acting
+        initial = self.buffer.initial_size
+        if self.random_warmup:  # the warm-up (whole vector steps) fills the buffer; the next iteration learns
+            return -(-initial // self.n_envs) * self.n_envs + 1
+        collected = self.train_freq * self.n_envs  # per iteration; the one that fills the buffer learns
+        return (-(-initial // collected) - 1) * collected + 1
 
     def explore(self, obs: tf.Tensor) -> tf.Tensor:
         """Exploratory actions for a batch of observations, as stored in the buffer (graph code)."""
@@ -173,19 +182,25 @@ class OffPolicyAgent(Agent):
     @no_autograph
     def _gradient_steps(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """An update on each consecutive `batch_size` slice of `batch` (`gradient_steps` of them from
-        `learn_from_replay`); the mean metrics. A `tf.while_loop`, not AutoGraph (whose conversion was most of
-        the first call's trace)."""
+        `learn_from_replay`); the mean metrics, and with importance-sampling `weights` in the batch, each row's
+        |TD error| at its update (`td_errors`, in the batch's order). A `tf.while_loop`, not AutoGraph (whose
+        conversion was most of the first call's trace)."""
         size = self.buffer.batch_size
         batch = {k: tf.reshape(v, [-1, size, *v.shape[1:]]) for k, v in batch.items()}  # one row per step
         steps = next(iter(batch.values())).shape[0]
+        prioritized = "weights" in batch
 
-        def gradient_step(g, totals):
+        def gradient_step(g, totals, *errors):
             metrics = self.update_batch({k: tf.gather(v, g) for k, v in batch.items()})
-            return g + 1, {k: totals[k] + metrics[k] for k in totals}
+            if prioritized:
+                errors = (errors[0].write(g, tf.abs(metrics["td_errors"])),)
+            return (g + 1, {k: totals[k] + metrics[k] for k in totals}, *errors)
 
         totals = {k: tf.constant(0.0) for k in self.metric_names}
-        _, totals = tf.while_loop(lambda g, _: g < steps, gradient_step, (tf.constant(0), totals))
-        return {k: v / float(steps) for k, v in totals.items()}
+        errors = (tf.TensorArray(tf.float32, size=steps),) if prioritized else ()
+        _, totals, *errors = tf.while_loop(lambda g, *_: g < steps, gradient_step, (tf.constant(0), totals, *errors))
+        means = {k: v / float(steps) for k, v in totals.items()}
+        return means | ({"td_errors": tf.reshape(errors[0].stack(), [-1])} if prioritized else {})
 
     @no_autograph
     def update_batch(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -194,14 +209,27 @@ class OffPolicyAgent(Agent):
                                 batch["terminated"])
 
     def run_updates(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """`_gradient_steps` on a batch, in one graph call; the mean metrics."""
+        """`_gradient_steps` on a batch, in one graph call; the mean metrics. A prioritized sample (with
+        `indices`) gets its transitions' priorities updated from the TD errors of these updates."""
         if not hasattr(self, "_update_fn"):
             self._update_fn = tf.function(self._gradient_steps, autograph=False)
-        return {k: float(v) for k, v in self._update_fn(batch).items()}
+        indices = batch.get("indices")
+        metrics = self._update_fn({k: v for k, v in batch.items() if k != "indices"})
+        if indices is not None:
+            self.buffer.update_priorities(indices, metrics.pop("td_errors").numpy())
+        return {k: float(v) for k, v in metrics.items()}
+
+    def sample_replay(self, n_batches: int) -> dict[str, np.ndarray]:
+        """`n_batches` batches from the buffer; prioritized ones with beta annealed over the run."""
+        from rlexp.buffers import PrioritizedReplayBuffer
+
+        if isinstance(self.buffer, PrioritizedReplayBuffer):
+            return self.buffer.sample(n_batches, beta=self.buffer.beta_at(self.steps, self.max_steps))
+        return self.buffer.sample(n_batches)
 
     def learn_from_replay(self) -> dict[str, float]:
         """One update phase outside the fused loop: sample, normalise, `gradient_steps` updates."""
-        return self.run_updates(self.normalize_batch(self.buffer.sample(self.gradient_steps)))
+        return self.run_updates(self.normalize_batch(self.sample_replay(self.gradient_steps)))
 
     # ----- the fused loop ---------------------------------------------------------------------------
     @no_autograph
@@ -308,7 +336,9 @@ class OffPolicyAgent(Agent):
         return {"critic_loss": critic_loss / n, "actor_loss": actor_loss / n, "obs": obs}
 
     def warm_up(self) -> None:
-        """Uniform random actions (up to 1,000 vector steps per call) towards the buffer's `initial_size`."""
+        """Uniform random actions (up to 1,000 vector steps per call) towards the buffer's `initial_size`
+        (SB3's learning_starts: the first update follows the next env step, on batches drawn with replacement
+        from what the buffer holds, even if fewer than batch_size)."""
         n = min(-(-(self.buffer.initial_size - self.buffer.size) // self.n_envs), 1000)
         for _ in range(n):
             self._obs = self._numpy_step(self._obs, self.random_actions())

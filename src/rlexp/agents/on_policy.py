@@ -70,9 +70,6 @@ class OnPolicyAgent(Agent):
         if self.lr_schedule == "kl_adaptive":  # the rate adapts to each update's KL: one cycle per call
             self.updates_per_call = 1
 
-    def first_update_step(self) -> int:
-        return self.n_steps * self.n_envs  # one rollout
-
     @property
     def steps_in_graph(self) -> bool:
         return self.graph_env_rollouts and super().steps_in_graph
@@ -369,10 +366,20 @@ class OnPolicyAgent(Agent):
         return {}
 
     def resume_variables(self) -> dict[str, tf.Variable]:
-        recurrent = {f"rnn_state_{i}": v for i, v in enumerate(self.rnn_states)}
-        if self.recurrent:
-            recurrent["episode_starts"] = self.episode_starts
-        return ({"sde_noise": self.sde_noise} if self.sde else {}) | recurrent
+        return {"sde_noise": self.sde_noise} if self.sde else {}
+
+    def _reset_envs(self, seed: int | None, update_statistics: bool = True) -> np.ndarray:
+        """Envs reset (at the start, and on resume): a recurrent model's states restart with their episodes."""
+        obs = super()._reset_envs(seed, update_statistics)
+        self.reset_recurrent_state()
+        return obs
+
+    def reset_recurrent_state(self) -> None:
+        """Zero states, and every env at an episode start (as after `make_recurrent_state`)."""
+        for state in self.rnn_states:
+            state.assign(tf.zeros_like(state))
+        if hasattr(self, "episode_starts"):
+            self.episode_starts.assign(tf.ones_like(self.episode_starts))
 
     # ----- collection -------------------------------------------------------------------------------
     def _numpy_step(self, actions: np.ndarray):

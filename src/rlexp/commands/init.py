@@ -2,16 +2,32 @@
 from __future__ import annotations
 
 import logging
+import os
+from pathlib import Path
 
 from omegaconf import DictConfig
 
 from rlexp.errors import UserError
+from rlexp.files import write_atomic
 from rlexp.rundirs import absolute
 
 log = logging.getLogger("rlexp")
 
 
 PRESET_GROUPS = ("agent", "env", "model", "buffer", "tuned", "logger", "sweep")
+
+
+def check_writable(target: Path, key: str) -> None:
+    """`target` is a directory, or can be made as one: its nearest existing ancestor is a writable directory."""
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{key} is a file; pass a directory")
+    existing = target
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{key}: {existing} is a file, so {target} can't be made; pass a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{key}: {existing} is not writable; pick a directory you can write to")
 
 
 def init_presets(cfg: DictConfig) -> float:
@@ -22,19 +38,22 @@ def init_presets(cfg: DictConfig) -> float:
     if not cfg.get("dir"):
         raise UserError("mode=init needs a directory: python -m rlexp mode=init +dir=myconf")
     target = absolute(str(cfg.dir))
-    if target.exists() and not target.is_dir():
-        raise UserError(f"+dir={cfg.dir} is a file; pass a directory")
+    check_writable(target, f"+dir={cfg.dir}")
     shipped = resources.files("rlexp.conf")
     written = kept = 0
     files = [("", shipped.joinpath("agent_base.yaml"))]
-    files += [(group, p) for group in PRESET_GROUPS for p in shipped.joinpath(group).iterdir() if p.name.endswith(".yaml")]
+    files += [(group, p) for group in PRESET_GROUPS for p in shipped.joinpath(group).iterdir()
+              if p.name.endswith(".yaml")]
     for group, preset in files:
         path = target / group / preset.name
         if path.exists():
             kept += 1
             continue
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(preset.read_text())
+        try:
+            write_atomic(path, lambda f: f.write(preset.read_bytes()))
+        except OSError as e:
+            raise UserError(f"+dir={cfg.dir}: could not write {path} ({e.strerror or e}); {written} presets were "
+                            "copied, pick a writable directory or free space") from None
         written += 1
     log.info(f"{written} presets copied to {target}" + (f" ({kept} existing files kept)" if kept else "")
              + f"; edit or add presets there and run: python -m rlexp --config-dir {cfg.dir} agent=... env=...")

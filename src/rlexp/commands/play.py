@@ -15,14 +15,29 @@ from rlexp.rundirs import absolute, find_checkpoint, stored_config
 log = logging.getLogger("rlexp")
 
 
+def play_render_mode(cfg: DictConfig) -> tuple[str | None, str]:
+    """The render mode that mode=play asks of the env, and the option that asks for it."""
+    if cfg.mode != "play":
+        return None, ""
+    for key in ("video_dir", "frame_dir"):
+        if cfg.get(key):
+            return "rgb_array", f"+{key}"
+    return ("human", "+render=true") if cfg.get("render") else (None, "")
+
+
 def play_or_eval(cfg: DictConfig) -> float:
-    from rlexp.play import play, writable_dir
+    from rlexp.play import check_writable_dir, play
 
     ckpt = find_checkpoint(cfg, cfg.get("checkpoint"))
     run_cfg = stored_config(ckpt, cfg)
-    for key in ("video_dir", "frame_dir", "demo_dir"):  # fail before loading anything
+    render_mode, option = play_render_mode(cfg)
+    if render_mode:  # fail before loading anything, and before making any directory
+        from rlexp.play import check_render_mode
+
+        check_render_mode(str(run_cfg.env.id), run_cfg.env.get("imports") or (), render_mode, option)
+    for key in ("video_dir", "frame_dir", "demo_dir"):
         if cfg.get(key):
-            writable_dir(cfg[key], key)
+            check_writable_dir(cfg[key], key)
     if cfg.get("demo_dir"):
         from rlexp.demos import DATASET_ID
 
@@ -39,11 +54,16 @@ def play_or_eval(cfg: DictConfig) -> float:
         mean, std = mean_std(returns)
         log.info(f"eval: {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} {eval_kind(run_cfg)}episodes")
         return mean
-    capture = bool(cfg.get("video_dir") or cfg.get("frame_dir"))
     if not cfg.get("render"):
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")  # off-screen rendering needs no display
-    render_mode = "rgb_array" if capture else ("human" if cfg.get("render") else None)
-    agent = build_agent(run_cfg, n_envs=1, render_mode=render_mode)
+    try:
+        agent = build_agent(run_cfg, n_envs=1, render_mode=render_mode)
+    except TypeError as e:  # an env class that takes no render_mode but doesn't say so in its metadata
+        if render_mode and "render_mode" in str(e):
+            raise UserError(f"{option} needs an env that renders with render_mode={render_mode!r}, but "
+                            f"{run_cfg.env.id} takes no render_mode argument; add it, or play without "
+                            f"{option}") from None
+        raise
     startup_done()
     agent.load(ckpt, weights_only=True)
     name = ckpt.parent.parent.name

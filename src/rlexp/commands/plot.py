@@ -24,7 +24,10 @@ def plot_runs(cfg: DictConfig) -> float:
     output = Path(cfg.get("output") or "runs.png")
     output = output if output.is_absolute() else base / output
     gamma = cfg.get("gamma")
-    groups = plot(patterns, base, output, None if gamma is None else float(gamma))
-    runs = sum(len(g.runs) for g in groups)
-    log.info(f"plot: {output} ({runs} runs in {len(groups)} group(s)); statistics: {output.with_suffix('.md')}")
+    table = plot(patterns, base, output, None if gamma is None else float(gamma))
+    for _, row in table.iterrows():
+        log.info(f"{row['group']}: IQM {row['iqm']:.4g} [{row['iqm_low']:.4g}, {row['iqm_high']:.4g}] over "
+                 f"{row['runs']} run(s) ({row['score']})")
+    runs = int(table["runs"].sum())
+    log.info(f"plot: {output} ({runs} runs in {len(table)} group(s)); statistics: {output.with_suffix('.md')}")
     return float(runs)

@@ -32,10 +32,12 @@ def init_weights(agent: Any, source: str) -> Path:
 
 
 def warn_if_no_update(agent: Any, cfg: DictConfig) -> None:
+    """A warning when run.max_steps ends the run before its first gradient step (while the replay buffer fills)."""
     first = agent.first_update_step()
-    if agent.steps < first and int(float(cfg.run.max_steps)) <= first:
-        log.warning(f"warning: run.max_steps={cfg.run.max_steps} ends before the first gradient step, at "
-                    f"{first:,} env steps (a full rollout, or buffer.initial_size); nothing will be learned")
+    if agent.steps < first and int(float(cfg.run.max_steps)) < first:
+        log.warning(f"warning: run.max_steps={cfg.run.max_steps} ends before the first gradient step (after "
+                    f"buffer.initial_size transitions), which needs run.max_steps >= {first:,}; nothing will be "
+                    "learned")
 
 
 def make_evaluator(cfg: DictConfig, run_dir: Path):
@@ -62,7 +64,7 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
         if not ckpt.exists():
             raise UserError(f"+resume={resume}: no checkpoint at {ckpt}; pass the run dir of a training run")
         stored = stored_config(ckpt, cfg)
-        if str(stored.get("fallback", "auto")) not in ("auto", "none"):  # compare like with like
+        if stored.get("fallback", "auto") not in ("auto", "none", None):  # compare like with like
             from rlexp.fallback import merge_fallback
 
             cfg = merge_fallback(cfg, str(stored.fallback), task_overrides())
@@ -84,7 +86,7 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
     if resume:
         from rlexp.files import remove_leftovers
 
-        remove_leftovers(run_dir, run_dir / "checkpoints")  # half-written files of the killed run
+        remove_leftovers(run_dir, run_dir / "checkpoints", run_dir / "tb")  # half-written files of the killed run
     else:
         run_dir.mkdir(parents=True, exist_ok=True)
         write_run_config(run_dir, cfg)
@@ -102,10 +104,14 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None)
         if evaluator is not None:
             evaluator.restore(agent.steps)
         log.info(f"resumed {run_dir} at step {state['steps']:,} ({state['episodes']:,} episodes)")
-    if not cfg.agent.get("quiet"):
+    ended = resume_from is not None and agent.stop_reason(int(float(cfg.run.max_steps)), cfg.run.target_reward)
+    if ended:
+        log.info(f"the run had already finished ({ended}): nothing to train; resume with a larger run.max_steps "
+                 "(or run.target_reward) to train on")
+    elif not cfg.agent.get("quiet"):
         precision = "" if agent.precision == "float32" else f", {agent.precision.split('_')[-1]} compute"
         log.info(f"training {type(agent).__name__} on {cfg.env.id} ({cfg.env.n_envs} envs{precision}) -> {run_dir}")
-    tracker = make_tracker(cfg, run_dir)
+    tracker = make_tracker(cfg, run_dir, agent if resume_from is not None else None)
     failed = True
     try:
         summary = agent.fit(cfg.run.max_steps, cfg.run.target_reward, run_dir=run_dir,
@@ -117,13 +123,16 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None)
         mean, std = mean_std(returns)
         if returns:
             tracker.scalars(agent.steps, {"eval/mean_return": mean, "eval/std_return": std})
+        write_summary(run_dir, summary, returns, cfg)
         failed = False
     finally:
         tracker.close(failed)
         if evaluator is not None:
             evaluator.close()
-    log.info(f"done ({summary['reason']}): {summary['steps']:,} steps in {summary['seconds']:.1f} s "
-             f"({summary['steps_per_s']:,.0f} steps/s) | "
+    finished = resume_from is not None and summary["already_finished"]
+    # the whole run's totals: a resumed run's steps and training seconds count every session
+    log.info(f"{'already finished' if finished else 'done'} ({summary['reason']}): {summary['steps']:,} steps in "
+             f"{summary['seconds']:.1f} s ({summary['steps_per_s']:,.0f} steps/s) | "
              + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} {eval_kind(cfg)}episodes"
                 if returns else "no eval")
              + f" | run dir: {run_dir}")
@@ -140,17 +149,37 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None)
     return mean
 
 
+SUMMARY = "summary.json"
+
+
+def write_summary(run_dir: Path, summary: dict[str, Any], returns: list[float], cfg: DictConfig) -> None:
+    """<run dir>/summary.json: the run's totals and its final evaluation (null when there was none), which
+    mode=plot scores the run by."""
+    import json
+
+    from rlexp.files import write_atomic
+
+    mean, std = mean_std(returns)
+    final = dict(step=summary["steps"], mean_return=mean, std_return=std, episodes=len(returns),
+                 deterministic=deterministic_eval(cfg)) if returns else None
+    data = dict(reason=summary["reason"], steps=summary["steps"], episodes=summary["episodes"],
+                train_seconds=round(summary["seconds"], 3), final_eval=final)
+    write_atomic(run_dir / SUMMARY, lambda f: f.write(json.dumps(data, indent=1).encode()))
+
+
 def progress_mode(cfg: DictConfig) -> str:
     """Live bar on a terminal, log lines otherwise and in sweeps (many trials share one console)."""
     mode = str(cfg.run.progress)
     return "log" if mode == "auto" and in_sweep() else mode
 
 
-def make_tracker(cfg: DictConfig, run_dir: Path):
-    """TensorBoard always; Weights & Biases with logger=wandb (grouped by sweep in --multirun)."""
+def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None):
+    """TensorBoard always (a `resumed` agent's event files made to agree with its history first); Weights &
+    Biases with logger=wandb (grouped by sweep in --multirun)."""
     from rlexp.tracking import TensorBoard, Trackers, Wandb
 
-    trackers = [TensorBoard(run_dir / "tb")]
+    resume = (resumed.history.rows, resumed.steps) if resumed is not None else None
+    trackers = [TensorBoard(run_dir / "tb", resume=resume)]
     logger = cfg.get("logger") or {}
     if logger.get("name") == "wandb":
         group = Path(HydraConfig.get().sweep.dir).name if in_sweep() else None
