@@ -1,7 +1,7 @@
 """Mixed precision vs float32: training throughput of PPO on a vector, a recurrent and an image case.
 
 Usage: python benchmarks/mixed_precision.py [--repeats 3] [--precisions float32 bfloat16]
-Each measurement builds the agent, trains a warm-up (graph tracing), then times `steps` more env steps;
+Each measurement builds the agent, trains a warm-up (graph tracing), then times `steps` more env steps, each in a fresh process;
 precisions alternate within each repeat, and the table gives the median steps/s and the ratio to float32.
 Writes benchmarks/results/mixed_precision.md. On a CPU, True means bfloat16; on a GPU float16 (add it).
 """
@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -43,6 +44,15 @@ def measure(case: str, precision: str) -> float:
     return (agent.steps - warm) / seconds
 
 
+def measure_in_new_process(case: str, precision: str) -> float:
+    """`measure` in a fresh process: TensorFlow's thread pools take each case's settings (they are fixed
+    once TensorFlow runs in a process)."""
+    code = f"import mixed_precision as m; print(m.measure({case!r}, {precision!r}))"
+    out = subprocess.run([sys.executable, "-c", code], cwd=Path(__file__).resolve().parent, check=True,
+                         capture_output=True, text=True).stdout
+    return float(out.strip().splitlines()[-1])
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("cases", nargs="*", default=list(CASES))
@@ -57,7 +67,7 @@ def main() -> None:
         rates = {p: [] for p in args.precisions}
         for _ in range(args.repeats):
             for precision in args.precisions:
-                rates[precision].append(measure(case, precision))
+                rates[precision].append(measure_in_new_process(case, precision))
                 print(case, precision, f"{rates[precision][-1]:,.0f} steps/s", flush=True)
         medians = {p: statistics.median(r) for p, r in rates.items()}
         rows.append(f"| {case} | " + " | ".join(f"{medians[p]:,.0f}" for p in args.precisions) + " | " +
