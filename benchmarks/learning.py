@@ -72,6 +72,17 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "ppo-breakout-zoo-schedule": (["agent=ppo", "env=breakout", "run.max_steps=2.5e6", "run.target_reward=null",
                                    "agent.schedule_steps=1e7"], 30),
 }
+# bfloat16 against float32 compute (run.mixed_precision), same seeds: the evidence behind `auto` for TD3 and SAC
+PARITY = {  # name: (CLI args, threshold)
+    "td3-pendulum": (["agent=td3", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    "sac-pendulum": (["agent=sac", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    "td3-halfcheetah-300k": (["agent=td3", "env=halfcheetah", "run.max_steps=3e5", "run.target_reward=null"], 5000),
+    "sac-lunarlander-continuous": (["agent=sac", "env=lunarlander_continuous", "model=mlp_400_300",
+                                    "run.max_steps=5e5", "run.target_reward=null"], 200),
+}
+PRECISIONS = {"fp32": "false", "bf16": "bfloat16"}
+CASES |= {f"{name}-{short}": ([*args, f"run.mixed_precision={value}"], threshold)
+          for name, (args, threshold) in PARITY.items() for short, value in PRECISIONS.items()}
 # no tuned preset: the fallback presets (conf/fallbacks/) through env=generic, on the envs they were chosen on
 # (Acrobot, InvertedPendulum) and held out (CartPole, Pendulum, LunarLander; each has a tuned preset env=generic
 # bypasses). (env id, threshold, {agent: budget})
@@ -119,7 +130,8 @@ def parse(case: str, seed: int, stdout: str) -> dict:
     if RESUMED.search(stdout):  # the summary counts the last session: the whole run's time is in its checkpoint
         seconds = whole_train_time(Path(run_dir))
         sps = round(steps / seconds)
-    return dict(case=case, seed=seed, steps=steps, train_s=round(seconds, 1), steps_per_s=sps,
+    precision = next((p for p in ("bfloat16", "float16") if f"{p} compute" in stdout), "float32")
+    return dict(case=case, seed=seed, steps=steps, train_s=round(seconds, 1), steps_per_s=sps, precision=precision,
                 eval_mean=float(mean), eval_std=float(std),
                 policy="stochastic" if stochastic else "deterministic", passed=float(mean) >= threshold,
                 threshold=threshold, run_dir=run_dir)
@@ -149,17 +161,17 @@ def rescore(row: dict) -> dict:
 def table(rows: list[dict], provenance: bool = False) -> str:
     """Markdown rows; with `provenance`, each row's date, commit and machine too."""
     extra = " date | commit | machine |" if provenance else ""
-    lines = ["| case | seed | steps | train s | steps/s | eval (20 ep) | policy | threshold | pass |" + extra,
-             "|---|---|---|---|---|---|---|---|---|" + "---|" * (3 if provenance else 0)]
+    lines = ["| case | seed | steps | train s | steps/s | compute | eval (20 ep) | policy | threshold | pass |" + extra,
+             "|---|---|---|---|---|---|---|---|---|---|" + "---|" * (3 if provenance else 0)]
     for r in rows:
         rescored = f" (eval {r['rescored']})" if r.get("rescored") else ""
         tail = f" {r.get('date', '')} | {r.get('commit', '')}{rescored} | {r.get('machine', '')} |" if provenance else ""
         if "error" in r:
-            lines.append(f"| {r['case']} | {r['seed']} | error: {r['error']!r} ||||||" + tail)
+            lines.append(f"| {r['case']} | {r['seed']} | error: {r['error']!r} |||||||" + tail)
         else:
             passed = "yes" if r["passed"] else "NO"
             lines.append(f"| {r['case']} | {r['seed']} | {r['steps']:,} | {r['train_s']:.1f} | {r['steps_per_s']:,} | "
-                         f"{r['eval_mean']:.1f} ± {r['eval_std']:.1f} | {r.get('policy', 'deterministic')} | "
+                         f"{r.get('precision', 'float32')} | {r['eval_mean']:.1f} ± {r['eval_std']:.1f} | {r.get('policy', 'deterministic')} | "
                          f"{r['threshold']} | {passed} |" + tail)
     return "\n".join(lines)
 
@@ -183,14 +195,31 @@ def record(rows: list[dict]) -> None:
         if scored:
             summary.append(f"- {case}: {sum(r['passed'] for r in scored)} of {len(scored)} seeds at or above "
                            f"{scored[0]['threshold']}")
+    parity = parity_lines(merged)
     body = ("Each row: `python -m rlexp <case's args> seed=<s> run.progress=none` (args in benchmarks/learning.py; "
             "the pair's tuned preset is picked up), scored by 20 evaluation episodes of the final weights: "
             "deterministic, and with actions drawn from the policy on Atari (RL Zoo's protocol; the `policy` "
             "column). Rows keep the date and commit they were measured at (and of a later re-evaluation: "
             "`--rescore`); a rerun replaces them. Train seconds "
             "depend on what else ran at the time: for speed see speed.md.\n\n" + "\n".join(summary) + "\n\n"
+            + (("\n\n## bfloat16 against float32, same seeds\n\n" + "\n".join(parity) + "\n\n") if parity else "\n\n")
             + table(merged, provenance=True))
     write_table("learning", "Learning results", body)
+
+
+def parity_lines(rows: list[dict]) -> list[str]:
+    """For each PARITY pair with rows in both precisions: the float32 seeds' range and whether the bfloat16
+    mean lies inside it."""
+    lines = []
+    for name in PARITY:
+        fp32, bf16 = ([r for r in rows if r["case"] == f"{name}-{p}" and "eval_mean" in r] for p in PRECISIONS)
+        if fp32 and bf16:
+            low, high = min(r["eval_mean"] for r in fp32), max(r["eval_mean"] for r in fp32)
+            mean32, mean16 = (sum(r["eval_mean"] for r in x) / len(x) for x in (fp32, bf16))
+            inside = "inside" if low <= mean16 <= high else "OUTSIDE"
+            lines.append(f"- {name}: float32 seeds {low:.1f} to {high:.1f} (mean {mean32:.1f}, {len(fp32)} seeds); "
+                         f"bfloat16 mean {mean16:.1f} ({len(bf16)} seeds): {inside} the float32 spread")
+    return lines
 
 
 def main() -> None:

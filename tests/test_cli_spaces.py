@@ -74,7 +74,7 @@ def test_mixed_precision_run_and_a_refusal(tmp_path):
                    "agent.n_steps=32", "env.n_envs=4")
     assert result.returncode == 0, result.stderr[-2000:]
     refused = rlexp(tmp_path, "agent=trpo", "run.mixed_precision=true", "run.max_steps=100")
-    assert refused.returncode == 2 and "mixed_precision is supported by PPO, A2C and VPG" in refused.stdout + refused.stderr
+    assert refused.returncode == 2 and "mixed_precision is supported by PPO, A2C, VPG and the off-policy agents" in refused.stdout + refused.stderr
     bad = rlexp(tmp_path, "env=cartpole", "env.wrappers=[{_target_: os.system}]", "run.max_steps=100")
     assert bad.returncode == 2 and "must be a gymnasium.wrappers or rlexp.wrappers class" in bad.stdout + bad.stderr
 
@@ -97,6 +97,27 @@ def test_auto_precision_is_bfloat16_only_for_image_models_on_a_bfloat16_cpu(tmp_
         assert build.resolve_precision("auto", PPO, image_obs=True) == ("bfloat16" if bf16_cpu else False)
         assert build.resolve_precision("auto", PPO, image_obs=False) is False
         assert build.resolve_precision("auto", PPO, image_obs=True, recurrent=True) is False
-        assert build.resolve_precision("auto", DQN, image_obs=True) is False  # no mixed precision in DQN
+        assert build.resolve_precision("auto", DQN, image_obs=True) is False  # not shown to learn in bfloat16
         assert build.resolve_precision(False, PPO, image_obs=True) is False
         assert build.resolve_precision("float16", PPO, image_obs=False) == "float16"
+
+
+def test_auto_precision_of_a_td3_run_is_recorded_and_kept_on_resume(tmp_path):
+    """agent=td3 (400-300 MLP) computes in bfloat16 under run.mixed_precision=auto on a bfloat16 CPU; the run
+    config records it and a resume keeps it; float16 is refused in one line."""
+    from omegaconf import OmegaConf
+
+    from rlexp.build import cpu_has_bfloat16
+
+    args = ["agent=td3", "env=pendulum", "buffer.initial_size=100", "run.eval_episodes=0", "run.progress=log"]
+    first = rlexp(tmp_path, *args, "run.max_steps=300")
+    assert first.returncode == 0, first.stderr[-2000:]
+    (run,) = run_dirs(tmp_path)
+    bf16 = cpu_has_bfloat16()
+    assert OmegaConf.load(run / ".hydra" / "config.yaml").run.mixed_precision == ("bfloat16" if bf16 else False)
+    assert ("bfloat16 compute" in first.stdout + first.stderr) == bf16
+    resumed = rlexp(tmp_path, f"+resume={run}", "run.max_steps=400")
+    assert resumed.returncode == 0 and ("bfloat16 compute" in resumed.stdout + resumed.stderr) == bf16
+    refused = rlexp(tmp_path, *args, "run.mixed_precision=float16", "run.max_steps=300")
+    assert refused.returncode == 2 and "needs loss scaling, which TD3 does not do" in refused.stdout + refused.stderr
+    assert len(run_dirs(tmp_path)) == 1

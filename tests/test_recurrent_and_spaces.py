@@ -289,7 +289,7 @@ def test_mixed_precision_keeps_outputs_losses_and_optimizer_state_in_float32(pre
 
 
 def test_mixed_precision_is_refused_where_unsupported():
-    with pytest.raises(UserError, match="mixed_precision is supported by PPO, A2C and VPG"):
+    with pytest.raises(UserError, match="mixed_precision is supported by PPO, A2C, VPG and the off-policy agents"):
         TRPO(make_envs("CartPole-v1", 1, seed=0), mixed_precision=True)
     with pytest.raises(UserError, match="run.mixed_precision='half' must be one of"):
         PPO(make_envs("CartPole-v1", 1, seed=0), mixed_precision="half")

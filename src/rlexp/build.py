@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from typing import Any
+from typing import Any, Mapping
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -175,7 +175,7 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     model = OmegaConf.to_container(cfg.model, resolve=True)
     # an agent built to play or evaluate (n_envs given) never trains: its rollout's minibatch split doesn't apply
     playing = {"mini_batches": 1} if n_envs is not None and "mini_batches" in cfg.agent else {}
-    precision = resolve_precision(cfg.run.get("mixed_precision", False), cls, image_obs, is_recurrent(model))
+    precision = resolve_precision(cfg.run.get("mixed_precision", False), cls, image_obs, is_recurrent(model), model)
     with open_dict(cfg):  # the run config records what `auto` chose (a resume elsewhere keeps it)
         cfg.run.mixed_precision = precision
         cfg.run.eval_deterministic = resolve_eval_deterministic(cfg.run.get("eval_deterministic", "auto"), cfg.env.id)
@@ -197,16 +197,26 @@ def cpu_has_bfloat16(cpuinfo: str = "/proc/cpuinfo") -> bool:
     return bool(BF16_CPU_FLAGS & set(flags))
 
 
-def resolve_precision(setting: bool | str, cls: type, image_obs: bool, recurrent: bool = False) -> bool | str:
-    """run.mixed_precision, with `auto` decided: bfloat16 for feed-forward image models of agents that support
-    mixed precision, on a CPU with bfloat16 instructions and no GPU (where it paid in
-    benchmarks/results/mixed_precision.md: MLPs and LSTMs ran slower); float32 everywhere else."""
+AUTO_BFLOAT16_MIN_UNITS = 256  # narrower MLPs ran no faster in bfloat16 (SAC Pendulum, 64-64: 0.96x)
+
+
+def resolve_precision(setting: bool | str, cls: type, image_obs: bool, recurrent: bool = False,
+                      model: Mapping[str, Any] | None = None) -> bool | str:
+    """run.mixed_precision, with `auto` decided: bfloat16 on a CPU with bfloat16 instructions and no GPU, for
+    feed-forward models where it was measured to pay and to learn as float32 does
+    (benchmarks/results/mixed_precision.md, learning.md): image models of the on-policy agents, and vector
+    models with layers of at least 256 units for agents with `auto_bfloat16` (TD3, SAC); float32 elsewhere
+    (MLPs and LSTMs of the on-policy agents ran slower, and DQN, which acts from Python, too)."""
     if setting != "auto":
         return setting
     import tensorflow as tf
 
-    if not (cls.mixed_precision_support and image_obs) or recurrent or tf.config.list_physical_devices("GPU") \
-            or not cpu_has_bfloat16():
+    if image_obs:
+        eligible = cls.mixed_precision_support and not cls.off_policy
+    else:
+        widest = max((int(layer.get("units") or 0) for layer in (model or {}).get("layers") or []), default=0)
+        eligible = cls.auto_bfloat16 and widest >= AUTO_BFLOAT16_MIN_UNITS
+    if not eligible or recurrent or tf.config.list_physical_devices("GPU") or not cpu_has_bfloat16():
         return False
     return "bfloat16"
 

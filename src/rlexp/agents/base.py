@@ -37,12 +37,13 @@ log = logging.getLogger("rlexp")
 MIXED_PRECISION = (False, True, "float16", "bfloat16")
 
 
-def precision_policy(mixed_precision: bool | str) -> str:
-    """The Keras dtype policy for run.mixed_precision: float16 on a GPU and bfloat16 on a CPU for True."""
+def precision_policy(mixed_precision: bool | str, float16: bool = True) -> str:
+    """The Keras dtype policy for run.mixed_precision: for True float16 on a GPU (where `float16`: the agent
+    scales its losses) and bfloat16 otherwise."""
     if not mixed_precision:
         return "float32"
     if mixed_precision is True:
-        return "mixed_float16" if tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
+        return "mixed_float16" if float16 and tf.config.list_physical_devices("GPU") else "mixed_bfloat16"
     return f"mixed_{mixed_precision}"
 
 
@@ -127,14 +128,17 @@ class Agent:
         bootstrap_truncation: treat time-limit truncation as non-terminal (bootstrap from the final
             observation); False treats it as an episode end like termination.
         jit_compile: compile the update (gradient) steps with XLA.
-        mixed_precision: compute in 16-bit floats with float32 variables, optimizer state, outputs and losses:
-            True (float16 on a GPU, bfloat16 on a CPU), 'float16', 'bfloat16' or False (PPO, A2C, VPG).
+        mixed_precision: compute in 16-bit floats with float32 variables, optimizer state, target networks,
+            outputs and losses: True (float16 on a GPU, bfloat16 on a CPU), 'float16', 'bfloat16' or False (PPO,
+            A2C, VPG); off-policy agents (DQN, DQfD, DDPG, TD3, SAC, NAF) compute in bfloat16 only.
     Dict and Tuple observations are flattened (gymnasium's FlattenObservation); the model splits them again.
     """
 
     action_spaces: tuple[str, ...] = ("discrete", "continuous")
     recurrent_models = False  # supports model presets with lstm/gru layers
     mixed_precision_support = False
+    float16_support = False  # float16 compute needs loss scaling (on-policy `minimize`); bfloat16 does not
+    auto_bfloat16 = False  # run.mixed_precision=auto may pick bfloat16 for vector models (see build.resolve_precision)
     off_policy = False
     default_models = {"image": "nature_cnn", "vector": "mlp"}  # what model=auto builds
     lr_schedules: tuple[str, ...] = ("constant", "linear")
@@ -217,8 +221,12 @@ class Agent:
             raise UserError(f"run.mixed_precision={mixed_precision!r} must be one of "
                             f"{', '.join(map(str, MIXED_PRECISION))}")
         if mixed_precision and not self.mixed_precision_support:
-            raise UserError(f"run.mixed_precision is supported by PPO, A2C and VPG, not {type(self).__name__}")
-        self.precision = precision_policy(mixed_precision)
+            raise UserError(f"run.mixed_precision is supported by PPO, A2C, VPG and the off-policy agents, not "
+                            f"{type(self).__name__}")
+        if mixed_precision == "float16" and not self.float16_support:
+            raise UserError(f"run.mixed_precision=float16 needs loss scaling, which {type(self).__name__} does not "
+                            "do; use run.mixed_precision=bfloat16")
+        self.precision = precision_policy(mixed_precision, self.float16_support)
 
         self.rng = np.random.default_rng(seed)
         # without a seed, one from the OS's entropy (from_non_deterministic_state refuses to run once an earlier

@@ -47,6 +47,7 @@ class OffPolicyAgent(Agent):
     """
 
     off_policy = True
+    mixed_precision_support = True  # bfloat16 compute: see docs/performance.md, "16-bit compute off-policy"
     STEPS_PER_CALL = 200  # env steps per fused graph call once training has started
     MIN_PART_ROWS = 64  # batches of at least 2x this many rows run their forward passes in two halves
     metric_names: tuple[str, ...] = ("critic_loss", "actor_loss")  # what `update_step` returns

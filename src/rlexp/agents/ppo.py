@@ -36,7 +36,7 @@ class PPO(OnPolicyAgent):
     """
 
     action_spaces = ("discrete", "continuous", "multi_discrete", "multi_binary")
-    recurrent_models = mixed_precision_support = True
+    recurrent_models = mixed_precision_support = float16_support = True
     lr_schedules = ("constant", "linear", "kl_adaptive")
 
     def __init__(self, envs, model=None, buffer=None, *, lam: float = 0.95, clip_norm: float = 0.1,
