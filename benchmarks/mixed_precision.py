@@ -1,4 +1,5 @@
-"""Mixed precision vs float32: training throughput of PPO on a vector, a recurrent and an image case.
+"""Mixed precision vs float32: training throughput of PPO on a vector, a recurrent and an image case, and of
+the off-policy agents with their tuned presets' networks and batches (TD3, SAC, DQN).
 
 Usage: python benchmarks/mixed_precision.py [--repeats 3] [--precisions float32 bfloat16]
 Each measurement builds the agent, trains a warm-up (graph tracing), then times `steps` more env steps, each in a fresh process;
@@ -17,25 +18,37 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from current import now, write_table  # noqa: E402
 
-CASES = {  # name: (env id, make_envs options, agent options, warm-up steps, timed steps)
-    "ppo-cartpole-mlp": ("CartPole-v1", {"n_envs": 8}, {"n_steps": 32, "mini_batches": 1, "ppo_epochs": 20}, 2048, 40960),
-    "ppo-cartpole-lstm": ("CartPole-v1", {"n_envs": 8, "wrappers": [{"_target_": "rlexp.wrappers.MaskVelocity"}]},
-                          {"model": "lstm", "n_steps": 32, "mini_batches": 1, "ppo_epochs": 20}, 512, 8192),
-    "ppo-pong-cnn": ("PongNoFrameskip-v4", {"n_envs": 8, "preprocess": True},
-                     {"n_steps": 128, "mini_batches": 4, "ppo_epochs": 4}, 1024, 4096),
+ZOO_OFF_POLICY = {"max_size": 200_000, "initial_size": 10_000, "batch_size": 256}
+CASES = {  # name: (agent, env id, make_envs options, agent options, replay buffer options, warm-up steps, timed steps)
+    "ppo-cartpole-mlp": ("PPO", "CartPole-v1", {"n_envs": 8}, {"n_steps": 32, "mini_batches": 1, "ppo_epochs": 20},
+                         None, 2048, 40960),
+    "ppo-cartpole-lstm": ("PPO", "CartPole-v1", {"n_envs": 8, "wrappers": [{"_target_": "rlexp.wrappers.MaskVelocity"}]},
+                          {"model": "lstm", "n_steps": 32, "mini_batches": 1, "ppo_epochs": 20}, None, 512, 8192),
+    "ppo-pong-cnn": ("PPO", "PongNoFrameskip-v4", {"n_envs": 8, "preprocess": True},
+                     {"n_steps": 128, "mini_batches": 4, "ppo_epochs": 4}, None, 1024, 4096),
+    # conf/tuned/td3_pendulum.yaml, sac_pendulum.yaml, dqn_cartpole.yaml (400-300, 256-256 and 256-256 MLPs)
+    "td3-pendulum": ("TD3", "Pendulum-v1", {"n_envs": 1}, {"gamma": 0.98, "lr": 1e-3}, ZOO_OFF_POLICY, 12_000, 4_000),
+    "sac-pendulum": ("SAC", "Pendulum-v1", {"n_envs": 1}, {"lr": 1e-3}, ZOO_OFF_POLICY | {"initial_size": 100},
+                     2_000, 3_000),
+    "dqn-cartpole": ("DQN", "CartPole-v1", {"n_envs": 1},
+                     {"lr": 2.3e-3, "gamma": 0.99, "target_sync_steps": 10, "train_freq": 256,
+                      "gradient_steps": 128, "epsilon_decay_steps": 8_000, "epsilon_end": 0.04},
+                     {"max_size": 100_000, "initial_size": 1_000, "batch_size": 64}, 3_000, 20_000),
 }
 
 
 def measure(case: str, precision: str) -> float:
-    from rlexp.agents import PPO
-    from rlexp.envs import make_envs
+    import rlexp.agents
+    from rlexp import buffers
     from rlexp.build import configure_threads
+    from rlexp.envs import make_envs
 
-    env_id, env_kwargs, agent_kwargs, warm, steps = CASES[case]
+    agent_name, env_id, env_kwargs, agent_kwargs, buffer_kwargs, warm, steps = CASES[case]
     envs = make_envs(env_id, seed=0, **env_kwargs)
     configure_threads({}, image_obs=bool(env_kwargs.get("preprocess")))
-    agent = PPO(envs, seed=0, quiet=True, mixed_precision=False if precision == "float32" else precision,
-                **agent_kwargs)
+    extra = {"buffer": buffers.ReplayBuffer(**buffer_kwargs)} if buffer_kwargs else {}
+    agent = getattr(rlexp.agents, agent_name)(envs, seed=0, quiet=True, **extra, **agent_kwargs,
+                                              mixed_precision=False if precision == "float32" else precision)
     agent.fit(warm)
     start = time.perf_counter()
     agent.fit(warm + steps)
@@ -76,7 +89,7 @@ def main() -> None:
     body = ("Training throughput (env steps/s, after a warm-up that traces the graphs), median of "
             f"{args.repeats} alternating repeats. `run.mixed_precision=true` means bfloat16 on a CPU, float16 on a "
             "GPU.\n\n" + "\n".join(rows))
-    print(write_table("mixed_precision", "Mixed precision vs float32 (PPO)", body, started))
+    print(write_table("mixed_precision", "Mixed precision vs float32", body, started))
 
 
 if __name__ == "__main__":
