@@ -6,11 +6,16 @@ from __future__ import annotations
 
 import importlib.resources
 import logging
+import shlex
+import sys
 from pathlib import Path
 from typing import Any
 
 from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rlexp.rundirs import env_command, env_display_name, in_sweep
 
 log = logging.getLogger("rlexp")
 SECTIONS = ("agent", "env", "buffer", "model", "run")
@@ -62,27 +67,47 @@ def source_file(source: Any, group: str, name: str) -> Any:
     return candidate if candidate.is_file() else None
 
 
-def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str]) -> DictConfig:
+def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str]) -> tuple[DictConfig, str | None]:
     """cfg with the fallback preset merged in, when no tuned preset was chosen; the user's values (the command
-    line's `overrides`, their own presets') win over it."""
+    line's `overrides`, their own presets') win over it. Also the line that names the preset the run uses (the
+    run's first log line, logged once the envs and agent are built: bad input stays a single error line)."""
     if cfg.get("fallback", "auto") is None:
         with open_dict(cfg):
             cfg.fallback = "none"  # null is none, saved as such
-    tuned = choices.get("tuned")
-    if str(cfg.get("fallback", "auto")) != "auto" or cfg.get("resume") or not choices or (
-            tuned and preset_exists("tuned", tuned)):
-        return cfg
+    if cfg.get("resume") or not choices:
+        return cfg, None
     agent = choices.get("agent") or str(cfg.agent._target_).rsplit(".", 1)[-1].lower()
-    name = fallback_name(agent, env_kind(cfg.env, int(cfg.seed)))
+    pair = f"{agent}+{env_display_name(choices.get('env'), cfg.env.id)}"
+    tuned = choices.get("tuned")
+    if tuned and preset_exists("tuned", tuned):
+        path, own = hydra_preset("tuned", tuned)
+        return cfg, f"tuned preset for {pair}: tuned/{tuned}.yaml " + (f"(your own: {path})" if own else
+                                                                    "(shipped with rlexp)")
+    hint = autotune_hint(agent, choices.get("env"), str(cfg.env.id))
+    if str(cfg.get("fallback", "auto")) != "auto":
+        return cfg, f"no tuned preset for {pair}: fallback=none, so the agent preset's own values{hint}"
+    kind = env_kind(cfg.env, int(cfg.seed))
+    name = fallback_name(agent, kind)
     if name is None:
-        return cfg
+        return cfg, (f"no tuned preset for {pair} and no fallback preset for {agent} on {kind.replace('_', ' ')} "
+                     f"envs: the agent preset's own values{hint}")
     merged = merge_fallback(cfg, name, overrides, choices)
     length = merged.agent.get("sequence_length")
     cut = f"; agent.sequence_length={length}: minibatches of whole sequences" if length != cfg.agent.get(
         "sequence_length") else ""
-    log.info(f"no tuned preset for {agent}+{choices.get('env', cfg.env.id)}: using fallbacks/{name}.yaml "
-             f"(RL Zoo's and SB3's defaults; fallback=none keeps the agent's own){cut}")
-    return merged
+    return merged, (f"no tuned preset for {pair}: using fallbacks/{name}.yaml (RL Zoo's and SB3's defaults; "
+                    f"fallback=none keeps the agent's own){cut}{hint}")
+
+
+def autotune_hint(agent: str, env_choice: str | None, env_id: str) -> str:
+    """`; tune it: python -m rlexp mode=autotune ...` for this pair (with the user's --config-dir), where the agent
+    has a search space (sweep/<agent>.yaml); nothing inside a sweep's trials."""
+    if in_sweep() or not preset_exists("sweep", agent):
+        return ""
+    config_dir = user_config_dir(sys.argv[1:])
+    words = ["python", "-m", "rlexp", "mode=autotune", f"agent={agent}", *env_command(env_choice, env_id).split()]
+    words += ["--config-dir", config_dir] if config_dir else []
+    return f"; tune it: {shlex.join(words)}"
 
 
 def merge_fallback(cfg: DictConfig, name: str, overrides: list[str], choices: dict[str, str] | None = None

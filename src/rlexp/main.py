@@ -14,11 +14,13 @@ import hydra
 from omegaconf import DictConfig
 from omegaconf.errors import InterpolationResolutionError
 
+from rlexp.commands.autotune import autotune
 from rlexp.commands.init import init_presets
 from rlexp.commands.play import play_or_eval
 from rlexp.commands.plot import plot_runs
 from rlexp.commands.train import train
 from rlexp.errors import Started, TrialFailed, UserError
+from rlexp.quiet import skip_keras_extras
 from rlexp.rundirs import in_sweep
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported (lazily, in the task)
@@ -26,7 +28,8 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is impor
 log = logging.getLogger("rlexp")
 
 
-MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval, "plot": plot_runs, "init": init_presets}
+MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval, "plot": plot_runs, "init": init_presets,
+         "autotune": autotune}
 
 
 @hydra.main(version_base="1.3", config_path="pkg://rlexp.conf", config_name="config")
@@ -162,6 +165,7 @@ def check_each_override(apply: Callable[[list[Any], DictConfig], None]) -> Calla
 def cli() -> None:
     """The `rlexp` command: Hydra's own errors before the task starts (unknown group option, bad override
     syntax, missing config) are user input errors too, so they exit with 2 like ours."""
+    skip_keras_extras()  # Keras's optional imports (SciPy, pandas, scikit-learn, ...) that a run never uses
     # the agent and env presets pick the default network; an explicit model=auto means the same default
     args = options_first([arg for arg in sys.argv[1:] if arg != "model=auto"])
     sys.argv = sys.argv[:1] + args
@@ -185,3 +189,7 @@ def cli() -> None:
         if e.code == 1 and not Started.value:
             sys.exit(2)
         raise
+    finally:
+        # the interpreter's collections at exit would walk every object TensorFlow and the run left (~1 s on
+        # 2 cores); frozen, they stay until the process ends (Python never promised to finalise them at exit)
+        gc.freeze()

@@ -157,11 +157,29 @@ def storage_url(storage, url: str) -> str:
 
 
 def make_pruner(name: str, warmup_trials: int, warmup_steps: int) -> optuna.pruners.BasePruner:
+    """median: Optuna's MedianPruner; halving: its SuccessiveHalvingPruner (asynchronous successive halving,
+    reduction factor 3, first rung at warmup_steps, or Optuna's estimate where that is 0), deciding once
+    warmup_trials trials have finished; none."""
     if name == "median":
         return optuna.pruners.MedianPruner(n_startup_trials=warmup_trials, n_warmup_steps=warmup_steps)
+    if name == "halving":
+        halving = optuna.pruners.SuccessiveHalvingPruner(min_resource=warmup_steps or "auto", reduction_factor=3)
+        return AfterTrials(halving, warmup_trials) if warmup_trials else halving
     if name in ("none", None):
         return optuna.pruners.NopPruner()
-    raise SweepError(f"hydra.sweeper.pruner={name} is unknown; use median or none")
+    raise SweepError(f"hydra.sweeper.pruner={name} is unknown; use median, halving or none")
+
+
+class AfterTrials(optuna.pruners.BasePruner):
+    """`pruner`'s decisions once `n` trials have finished; before that it still sees every report (successive
+    halving records each trial's rungs, which later trials are compared with)."""
+
+    def __init__(self, pruner: optuna.pruners.BasePruner, n: int) -> None:
+        self.pruner, self.n = pruner, n
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        decision = self.pruner.prune(study, trial)
+        return decision and len(study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))) >= self.n
 
 
 # ----- settings (hydra.sweeper.*) ---------------------------------------------------------------------------
@@ -169,7 +187,7 @@ OBJECTIVES = ("final_eval", "mean_last_evals", "auc")
 WHOLE = {"n_trials": 1, "n_jobs": 1, "seeds_per_trial": 1, "last_evals": 1, "reports": 1, "warmup_trials": 0,
          "warmup_steps": 0, "heartbeat_interval": 1, "grace_period": 1}  # whole numbers: their least value
 CHOICES = {"direction": ("maximize", "minimize"), "objective": OBJECTIVES, "aggregate": ("mean", "iqm"),
-           "pruner": ("median", "none")}
+           "pruner": ("median", "none", "halving")}
 SETTINGS = (*WHOLE, *CHOICES, "sampler", "directions", "confirm", "storage", "study_name", "max_failure_rate",
             "params")
 SAMPLER_WHOLE = {"n_startup_trials": 0, "population_size": 2}

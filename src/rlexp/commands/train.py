@@ -56,6 +56,7 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
     from rlexp.logs import attach_run_log, detach_run_log
 
     resume, init_from = cfg.get("resume"), cfg.get("init_from")
+    preset_line = None
     if resume and init_from:
         raise UserError("+resume continues a run, +init_from starts a new one from a run's weights: pass one of them")
     if resume:
@@ -75,10 +76,12 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
         check_presets(cfg, choices())
         from rlexp.fallback import apply_fallback
 
-        cfg = apply_fallback(cfg, choices(), task_overrides())
+        cfg, preset_line = apply_fallback(cfg, choices(), task_overrides())
         run_dir = new_run_dir(cfg)
     setup_tensorflow(cfg)
     agent = build_agent(cfg)
+    if preset_line:
+        log.info(preset_line)
     if init_from and not resume:
         log.info(f"initial weights from {init_weights(agent, str(init_from))}")
     warn_if_no_update(agent, cfg)

@@ -1,0 +1,308 @@
+"""mode=autotune: from an agent+env pair to its tuned preset in one command. A budgeted Optuna study with rlexp's
+sweeper (`--multirun +sweep=<agent>`: successive halving on evaluations during each trial, each trial on several
+seeds), then the best trial's values as tuned/<agent>_<env>.yaml in the user's config dir (with env=generic also
+env/<env.id>.yaml), then a normal training run with it and the command that reproduces that run."""
+from __future__ import annotations
+
+import logging
+import shlex
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import yaml
+from hydra.core.hydra_config import HydraConfig
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from hydra_plugins.rlexp_searchpath import user_config_dir
+from omegaconf import DictConfig, OmegaConf
+
+from rlexp.checks import _number
+from rlexp.commands.init import check_writable
+from rlexp.errors import UserError
+from rlexp.fallback import hydra_preset, preset_exists
+from rlexp.files import write_atomic
+from rlexp.rundirs import GENERIC_ENV, absolute, choices, env_display_name, in_sweep, original_cwd
+
+log = logging.getLogger("rlexp")
+SECTIONS = ("agent", "env", "model", "buffer")  # the hyperparameters a tuned preset holds, with run's budget
+HYPERPARAMETERS = ("agent.", "env.", "model.", "buffer.", "run.max_steps", "run.target_reward")
+FINAL_ONLY = ("run_dir", "run.eval_interval", "run.eval_episodes", "run.keep_checkpoints")  # the study sets its own
+
+
+@dataclass
+class Budget:
+    """The study's size: `trials` trials of `trial_steps` env steps on each of `seeds` seeds, evaluated every
+    `eval_interval` steps on `eval_episodes` episodes; `max_steps` is the pair's training budget."""
+
+    budget: float
+    max_steps: int
+    trials: int
+    seeds: int
+    trial_steps: int
+    eval_interval: int
+    eval_episodes: int
+
+    @property
+    def warmup(self) -> int:
+        """Trials before the pruner decides and the sampler models (RL Zoo's 5, fewer in a small study)."""
+        return min(5, max(1, self.trials // 3))
+
+
+@dataclass
+class Overrides:
+    """The command line's overrides by where they go. `study`: the study only (hyperparameters, whose values the
+    tuned preset keeps; hydra.*; model=/buffer=, which it keeps as `defaults`). `shared`: the study and the
+    final run (seed, logger, fallback, run.* settings). `final`: the final run only (run_dir and the
+    evaluation settings autotune sets in the study). `env`: env.* of env=generic that make its env preset."""
+
+    study: list[str]
+    shared: list[str]
+    final: list[str]
+    env: list[str]
+    space: str | None
+
+
+def autotune(cfg: DictConfig) -> float:
+    """The study, the tuned preset (and env preset) in the config dir, a training run with it; the best score."""
+    if in_sweep():
+        raise UserError("mode=autotune runs a study itself: drop --multirun (-m)")
+    if cfg.get("resume"):
+        raise UserError("+resume continues a training run; mode=autotune starts a study: drop +resume")
+    agent, overrides = choices()["agent"], split_overrides(command_overrides())
+    budget, space = check_budget(cfg), check_space(agent, overrides.space)
+    env_name, env_text = env_preset(cfg, overrides.env)
+    config_dir = user_config_dir(sys.argv[1:])
+    if config_dir is None:
+        return with_default_dir(str(cfg.autotune.get("config_dir") or "rlexp_conf"))
+    check_config_dir(config_dir, ("tuned", "env") if env_text is not None else ("tuned",))
+    study = f"autotune_{agent}_{env_name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
+    sweep_dir = original_cwd() / "multirun" / study
+    seeds = f"{budget.seeds} seed{'s' if budget.seeds > 1 else ''}"
+    log.info(f"autotune {agent}+{env_name}: {budget.trials} trials x {seeds} of {budget.trial_steps:,} steps "
+             f"({budget.budget:g} x run.max_steps={budget.max_steps:,}), evaluated every {budget.eval_interval:,} "
+             f"steps, successive halving; search space sweep/{space}.yaml; study {sweep_dir}")
+    run(study_command(config_dir, agent, space, overrides, budget, study, sweep_dir))
+    best, preset, results = best_trial(sweep_dir)
+    picked = groups(preset)  # model=/buffer=: on the command line, where a tuned preset can't choose them
+    values = tuned_values(cfg, agent, overrides, preset, picked, budget)
+    target = absolute(config_dir)
+    if env_text is not None:
+        write_atomic(target / "env" / f"{env_name}.yaml", lambda f: f.write(env_text.encode()))
+    path = target / "tuned" / f"{agent}_{env_name}.yaml"
+    replaced = path.exists()
+    text = tuned_header(cfg, study, sweep_dir, budget, best, results, picked) + to_yaml(values)
+    write_atomic(path, lambda f: f.write(text.encode()))
+    command = ["python", "-m", "rlexp", "--config-dir", config_dir, f"agent={agent}", f"env={env_name}", *picked,
+               *overrides.shared, *overrides.final]
+    log.info(f"{'replaced' if replaced else 'wrote'} {path} (best trial {best}, mean final evaluation "
+             f"{results['best_value']:.4g}); training with it: {shlex.join(command)}")
+    run([sys.executable, *command[1:]])
+    log.info(f"reproduce this training: {shlex.join(command)}")
+    return float(results["best_value"])
+
+
+# ----- the request ----------------------------------------------------------------------------------------
+def command_overrides() -> list[str]:
+    """The command line's overrides: Hydra's own (hydra.sweeper.*, hydra/sweeper/sampler=...), then the task's."""
+    overrides = HydraConfig.get().overrides
+    return [o for o in overrides.hydra if not o.startswith("hydra.mode=")] + list(overrides.task)
+
+
+def split_overrides(overrides: list[str]) -> Overrides:
+    """Sort the command line's overrides (mode, agent, env and autotune.* are autotune's own)."""
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    generic = any(o.key_or_group == "env" and o.value() == GENERIC_ENV for o in parsed)
+    sorted_ = Overrides([], [], [], [], None)
+    for override, text in zip(parsed, overrides):
+        key = override.key_or_group
+        if key == "sweep":
+            sorted_.space = str(override.value())
+        elif key in ("mode", "agent", "env") or key.startswith("autotune."):
+            continue
+        elif key.startswith(HYPERPARAMETERS) or key.startswith("hydra") or key in ("model", "buffer"):
+            sorted_.study.append(text)
+            if generic and key.startswith("env.") and key != "env.n_envs":
+                sorted_.env.append(text)
+        elif key in FINAL_ONLY:
+            sorted_.final.append(text)
+        else:
+            sorted_.shared.append(text)
+    return sorted_
+
+
+def check_budget(cfg: DictConfig) -> Budget:
+    """autotune.* checked, and the trial length derived from them: budget x run.max_steps env steps in all."""
+    section = cfg.get("autotune")
+    if not isinstance(section, DictConfig):
+        raise UserError(f"autotune={section!r}: autotune is a section of settings; set its keys instead, e.g. "
+                        "autotune.trials=10")
+    budget = _number("autotune.budget", section.get("budget"), above=0)
+    trials, seeds, evaluations, episodes = (
+        int(_number(f"autotune.{key}", section.get(key), minimum=1, integer=True))
+        for key in ("trials", "seeds", "evaluations", "eval_episodes"))
+    max_steps = int(float(cfg.run.max_steps))
+    trial_steps = int(budget * max_steps) // (trials * seeds)
+    if trial_steps < evaluations:
+        raise UserError(f"autotune.budget={budget:g}: {budget:g} x run.max_steps={max_steps:,} over autotune.trials="
+                        f"{trials} x autotune.seeds={seeds} leaves {trial_steps:,} env steps a trial, fewer than "
+                        f"autotune.evaluations={evaluations}; raise autotune.budget or run.max_steps, or lower "
+                        "autotune.trials or autotune.seeds")
+    return Budget(budget, max_steps, trials, seeds, trial_steps, trial_steps // evaluations, episodes)
+
+
+def check_space(agent: str, space: str | None) -> str:
+    """The search space's preset: +sweep=<name>, else sweep/<agent>.yaml (the user's own or rlexp's)."""
+    name = space or agent
+    if not preset_exists("sweep", name):
+        given = f"+sweep={space}" if space else f"agent={agent}"
+        raise UserError(f"mode=autotune: {given} has no search space (conf/sweep/{name}.yaml); add sweep/{name}.yaml "
+                        "to your --config-dir (as conf/sweep/ppo.yaml), or pick one of conf/sweep/ with +sweep=<name>")
+    return name
+
+
+def check_config_dir(directory: str, groups: tuple[str, ...]) -> None:
+    """The config dir takes the presets: a writable directory whose `groups` are directories or can be made."""
+    target = absolute(directory)
+    check_writable(target, f"--config-dir {directory}")
+    for group in groups:
+        if (target / group).exists() and not (target / group).is_dir():
+            raise UserError(f"--config-dir {directory}: {target / group} is a file, so the {group} presets can't go "
+                            "there; move it away or pass another config dir")
+
+
+def with_default_dir(directory: str) -> float:
+    """Without --config-dir: the same command with --config-dir autotune.config_dir (made if missing; removed
+    again when the command is refused before writing into it)."""
+    target = absolute(directory)
+    check_writable(target, f"autotune.config_dir={directory}")
+    made = not target.exists()
+    target.mkdir(parents=True, exist_ok=True)
+    log.info(f"no --config-dir: the tuned preset goes into {directory}/ ({'made now' if made else 'existing'}); use "
+             f"--config-dir {directory} from now on (python -m rlexp mode=init +dir={directory} adds copies of every "
+             "shipped preset to edit)")
+    code = subprocess.run([sys.executable, "-m", "rlexp", "--config-dir", directory, *sys.argv[1:]]).returncode
+    if code and made and not any(target.iterdir()):
+        target.rmdir()
+    if code:
+        sys.exit(code)
+    return 0.0
+
+
+def env_preset(cfg: DictConfig, env_overrides: list[str]) -> tuple[str, str | None]:
+    """The env's name in the tuned preset's and the printed command's `env=`: its preset's, or for env=generic
+    its env.id's (as run dirs name it), with the text of env/<that name>.yaml (generic, env.id and the command
+    line's other env.* but n_envs), which a tuned preset named <agent>_generic would not tell apart."""
+    choice = choices()["env"]
+    if choice != GENERIC_ENV:
+        return choice, None
+    env_id = str(cfg.env.id)
+    name = env_display_name(GENERIC_ENV, env_id)
+    env = OmegaConf.to_container(cfg.env, resolve=True)
+    keys = dict.fromkeys(text.lstrip("+~").split("=", 1)[0].split(".")[1] for text in env_overrides)
+    preset = {"defaults": [GENERIC_ENV], "id": env_id, **{key: env[key] for key in keys if key != "id" and key in env}}
+    path, own = hydra_preset("env", name)
+    if path is not None and not own:
+        raise UserError(f"env.id={env_id}: env/{name}.yaml is one of rlexp's env presets; run it as env={name}")
+    if path is not None:  # written by an earlier autotune, or the user's own
+        if OmegaConf.to_container(OmegaConf.load(path)) == preset:
+            return name, None
+        raise UserError(f"env.id={env_id}: your env preset {path} sets other values; tune that preset: "
+                        f"python -m rlexp mode=autotune env={name} ...")
+    text = (f"# {env_id}, written by `python -m rlexp mode=autotune` for its tuned presets: env={name} is "
+            f"env=generic env.id={env_id}\n" + to_yaml(preset))
+    return name, text
+
+
+# ----- the study ------------------------------------------------------------------------------------------
+def study_command(config_dir: str, agent: str, space: str, overrides: Overrides, budget: Budget, study: str,
+                  sweep_dir: Path) -> list[str]:
+    """`python -m rlexp --multirun +sweep=<space> ...`: successive halving and the sampler's start first (the
+    user's hydra.sweeper.* win over them), the user's overrides, then the budget's values."""
+    sampler = [] if any(o.startswith("hydra/sweeper/sampler") for o in overrides.study) else [
+        f"hydra.sweeper.sampler.n_startup_trials={budget.warmup}"]
+    return [sys.executable, "-m", "rlexp", "--multirun", "--config-dir", config_dir, f"+sweep={space}",
+            f"agent={agent}", f"env={choices()['env']}", "hydra.sweeper.pruner=halving",
+            f"hydra.sweeper.warmup_steps={budget.eval_interval}", f"hydra.sweeper.warmup_trials={budget.warmup}",
+            *sampler, *overrides.study, *overrides.shared,
+            f"run.max_steps={budget.trial_steps}", f"run.eval_interval={budget.eval_interval}",
+            f"run.eval_episodes={budget.eval_episodes}", f"hydra.sweeper.n_trials={budget.trials}",
+            f"hydra.sweeper.seeds_per_trial={budget.seeds}", f"hydra.sweeper.study_name={study}",
+            f"hydra.sweep.dir='{sweep_dir}'"]
+
+
+def run(command: list[str]) -> None:
+    """A command of its own (its output is the user's); its failure, which it reported, ends autotune's too."""
+    sys.stdout.flush()
+    code = subprocess.run(command).returncode
+    if code:
+        sys.exit(code)
+
+
+def best_trial(sweep_dir: Path) -> tuple[int, dict[str, Any], dict[str, Any]]:
+    """(the best trial's number, its whole configuration as the study's report keeps it in tuned/best.yaml,
+    optimization_results.yaml)."""
+    results_path, preset_path = sweep_dir / "optimization_results.yaml", sweep_dir / "tuned" / "best.yaml"
+    results = yaml.safe_load(results_path.read_text()) if results_path.is_file() else None
+    if not results or "best_trial" not in results or not preset_path.is_file():
+        log.error(f"error: no trial of the study finished (trials.csv in {sweep_dir}); raise autotune.budget, or "
+                  "run.max_steps, for longer trials")
+        sys.exit(1)
+    return int(results["best_trial"]), yaml.safe_load(preset_path.read_text()), results
+
+
+# ----- the tuned preset -----------------------------------------------------------------------------------
+def tuned_values(cfg: DictConfig, agent: str, overrides: Overrides, preset: dict[str, Any], picked: list[str],
+                 budget: Budget) -> dict[str, Any]:
+    """The tuned preset: the best trial's values that differ from the presets they compose over (with its
+    model/buffer choices `picked`), and the pair's training budget."""
+    env = [f"env={choices()['env']}", *overrides.env]  # env=generic: as its env preset
+    return {**changed(preset, base_config(agent, env, picked)),
+            "run": {"max_steps": budget.max_steps, "target_reward": OmegaConf.select(cfg, "run.target_reward")}}
+
+
+def groups(preset: dict[str, Any]) -> list[str]:
+    """The model=/buffer= choices the best trial trained with (its preset's `defaults`: `override /model: lstm`)."""
+    return [f"{key.split('/')[-1]}={value}" for entry in preset.get("defaults") or [] for key, value in entry.items()]
+
+
+def base_config(agent: str, env: list[str], group_choices: list[str]) -> dict[str, Any]:
+    """The hyperparameter sections composed without a tuned preset (and so without the fallback, which only an
+    untuned pair takes): what the tuned preset's values go on top of."""
+    from hydra import compose
+
+    config = compose(config_name=HydraConfig.get().job.config_name,
+                     overrides=[f"agent={agent}", *env, *group_choices, "~tuned"])
+    return {section: OmegaConf.to_container(config[section], resolve=True) for section in SECTIONS if section in config}
+
+
+def changed(preset: dict[str, Any], base: dict[str, Any]) -> dict[str, dict[str, Any]]:
+    """{section: {key: value}} of the best trial's configuration where it differs from `base`."""
+    values = {section: {key: value for key, value in (preset.get(section) or {}).items()
+                        if key not in base.get(section, {}) or base[section][key] != value} for section in SECTIONS}
+    return {section: keys for section, keys in values.items() if keys}
+
+
+def to_yaml(values: dict[str, Any]) -> str:
+    """As conf/tuned/ writes them: one line a section, `agent: {lr: 0.001, n_steps: 64}`."""
+    return yaml.safe_dump(values, default_flow_style=None, sort_keys=False, width=110)
+
+
+def tuned_header(cfg: DictConfig, study: str, sweep_dir: Path, budget: Budget, best: int,
+                 results: dict[str, Any], picked: list[str]) -> str:
+    """The tuned preset's first lines: its package, who wrote it when, the study, the best trial and its score."""
+    agent, date = str(cfg.agent._target_).rsplit(".", 1)[-1], time.strftime("%Y-%m-%d %H:%M")
+    counts = ", ".join(f"{n} {state.lower()}" for state, n in (results.get("trials") or {}).items())
+    seeds = f"{budget.seeds} seed{'s' if budget.seeds > 1 else ''}"
+    return (f"# @package _global_\n"
+            f"# {agent} on {cfg.env.id}, written by `python -m rlexp mode=autotune` on {date}\n"
+            f"# study {study} ({sweep_dir}):\n"
+            f"#   {budget.trials} trials ({counts}) x {seeds} of {budget.trial_steps:,} steps; best: trial {best}, "
+            f"mean final evaluation {results['best_value']:.6g}\n"
+            "# Its values where they differ from the agent, env, model and buffer presets: those of the tuned or\n"
+            "# fallback preset it trained over, of the command line and of the search; run.max_steps: the pair's\n"
+            "# training budget.\n"
+            + (f"# Train with {' '.join(picked)} on the command line too (a tuned preset can't pick a preset "
+               "of another group).\n" if picked else ""))

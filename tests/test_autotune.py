@@ -1,0 +1,188 @@
+"""mode=autotune through the CLI: a budgeted study whose best trial becomes the pair's tuned preset in the config
+dir (with an env preset for env=generic), then training with it; bad input as one line; the first log line of a
+run names its preset; successive halving and the shipped search spaces."""
+import os
+import re
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import optuna
+import pytest
+import yaml
+from optuna.trial import TrialState
+
+from rlexp.sweep import make_pruner, search_space
+
+BUDGET = ["run.max_steps=6144", "autotune.trials=3", "autotune.seeds=1", "autotune.evaluations=2",
+          "autotune.eval_episodes=2"]  # 3 trials of 6144 / 3 = 2048 steps, evaluated at 1024 and 2048
+TUNED = "tuned/ppo_CartPole-v1.yaml"
+
+
+def command(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rlexp", *args]
+
+
+def rlexp(cwd: Path, *args: str) -> subprocess.CompletedProcess:
+    return subprocess.run(command(*args), cwd=cwd, capture_output=True, text=True, timeout=600,
+                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+
+
+def started(cwd: Path, *args: str, merged: bool = True) -> subprocess.Popen:
+    """The CLI in the background; `merged`: stdout and stderr in one stream (to read the first line of either)."""
+    cwd.mkdir(parents=True, exist_ok=True)
+    return subprocess.Popen(command(*args), cwd=cwd, stdout=subprocess.PIPE,
+                            stderr=subprocess.STDOUT if merged else subprocess.PIPE, text=True,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+
+
+def saved(run_dir: Path) -> dict:
+    return yaml.safe_load((run_dir / ".hydra" / "config.yaml").read_text())
+
+
+@pytest.fixture(scope="module")
+def tuned(tmp_path_factory):
+    """PPO on env=generic env.id=CartPole-v1 (no tuned preset: the fallback's values), without --config-dir."""
+    cwd = tmp_path_factory.mktemp("autotune")
+    result = rlexp(cwd, "mode=autotune", "env=generic", "env.id=CartPole-v1", "agent.n_steps=64",
+                   "run.eval_episodes=2", *BUDGET)
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (study,) = (cwd / "multirun").iterdir()
+    return cwd, result, study
+
+
+@pytest.mark.e2e
+def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_with_it(tuned):
+    cwd, result, study = tuned
+    lines = result.stdout.splitlines()
+    assert lines[0].startswith("no --config-dir: the tuned preset goes into rlexp_conf/ (made now)")
+    assert lines[-1] == ("reproduce this training: python -m rlexp --config-dir rlexp_conf agent=ppo "
+                         "env=CartPole-v1 run.eval_episodes=2")
+    conf = cwd / "rlexp_conf"
+    assert sorted(str(p.relative_to(conf)) for p in conf.rglob("*.yaml")) == ["env/CartPole-v1.yaml", TUNED]
+    assert yaml.safe_load((conf / "env/CartPole-v1.yaml").read_text()) == {"defaults": ["generic"],
+                                                                            "id": "CartPole-v1"}
+    text = (conf / TUNED).read_text()
+    assert text.startswith("# @package _global_\n# PPO on CartPole-v1, written by `python -m rlexp mode=autotune` on ")
+    assert f"# study {study.name} ({study}):" in text
+    preset = yaml.safe_load(text)
+    assert preset["run"] == {"max_steps": 6144, "target_reward": None}  # the pair's budget, not a trial's
+
+    trials = optuna.load_study(study_name=study.name, storage=f"sqlite:///{study}/optuna.db").get_trials()
+    assert len(trials) == 3
+    for trial in trials:  # budget x run.max_steps split over the trials, evaluated as autotune.evaluations says
+        run = saved(study / f"trial_{trial.number}")["run"]
+        assert (run["max_steps"], run["eval_interval"], run["eval_episodes"]) == (2048, 1024, 2)
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    best_value = max(t.value for t in complete)
+    (number,) = re.findall(r"best: trial (\d+), mean final evaluation", text)
+    best = next(t for t in complete if t.number == int(number))
+    assert best.value == best_value
+    for key, value in best.params.items():  # sampled and written where they differ from the presets under it
+        section, name = key.split(".")
+        assert preset[section].get(name, value) == value, key
+
+    (run_dir,) = [Path(line.rsplit("run dir: ", 1)[1]) for line in lines if "| run dir: " in line]
+    config = saved(run_dir)
+    assert run_dir.name.endswith("_ppo_CartPole-v1") and config["run"]["max_steps"] == 6144
+    assert all(config[key.split(".")[0]][key.split(".")[1]] == value for key, value in best.params.items())
+    assert config["agent"]["n_steps"] == 64  # the command line's value, kept in the preset
+    assert config["agent"]["mini_batches"] == 32 and config["env"]["n_envs"] == 8  # the fallback's, kept too
+    assert config["fallback"] == "auto"  # the pair is tuned now: no fallback merged over the preset
+
+
+@pytest.mark.e2e
+def test_a_later_plain_run_takes_the_tuned_preset_and_says_so_first(tuned):
+    cwd, result, _ = tuned
+    words = shlex.split(result.stdout.splitlines()[-1].split(": ", 1)[1])
+    final = saved(Path(re.search(r"\| run dir: (\S+)", result.stdout).group(1)))
+    plain = rlexp(cwd, *words[3:], "run.max_steps=256", "run_dir=outputs/plain")
+    assert plain.returncode == 0, plain.stdout[-2000:] + plain.stderr[-2000:]
+    assert plain.stdout.splitlines()[0] == (f"tuned preset for ppo+CartPole-v1: {TUNED} (your own: "
+                                            f"{cwd / 'rlexp_conf' / TUNED})")
+    config = saved(cwd / "outputs/plain")
+    assert {k: config[k] for k in ("agent", "env", "model")} == {k: final[k] for k in ("agent", "env", "model")}
+
+
+@pytest.mark.e2e
+def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
+    cases = {  # the command line, a part of the error line
+        "no search space": (["agent=vpg"], "agent=vpg has no search space (conf/sweep/vpg.yaml)"),
+        "config dir": (["--config-dir", "conf"], f"--config-dir conf: {tmp_path / 'config dir/conf/tuned'} is a file"),
+        "budget": (["autotune.budget=0"], "autotune.budget=0 must be a number > 0"),
+        "trials": (["autotune.trials=2.5"], "autotune.trials=2.5 must be an integer"),
+        "too small": (["run.max_steps=20", "autotune.trials=4"], "leaves 2 env steps a trial, fewer than "
+                      "autotune.evaluations=5; raise autotune.budget or run.max_steps"),
+        "generic": (["env=generic", "env.id=pendulum"], "env/pendulum.yaml is one of rlexp's env presets; run it "
+                    "as env=pendulum"),
+        "sweeper setting": (["hydra.sweeper.pruner=foo"], "hydra.sweeper.pruner=foo is unknown"),
+    }
+    (tmp_path / "config dir/conf").mkdir(parents=True)
+    (tmp_path / "config dir/conf/tuned").write_text("")  # where the tuned presets would go
+    runs = {name: started(tmp_path / name, "mode=autotune", *args, merged=False) for name, (args, _) in cases.items()}
+    for name, process in runs.items():
+        output, errors = process.communicate(timeout=300)
+        assert process.returncode == 2, (name, output, errors)
+        (line,) = errors.strip().splitlines()
+        assert line.startswith("error: ") and cases[name][1] in line, (name, errors)
+        left = sorted(str(p.relative_to(tmp_path / name)) for p in (tmp_path / name).rglob("*"))
+        assert left == (["conf", "conf/tuned"] if name == "config dir" else []), (name, left)
+
+
+@pytest.mark.e2e
+def test_the_first_log_line_names_the_preset_the_run_uses(tmp_path):
+    tiny = ["run.max_steps=64", "run.eval_episodes=1", "agent.n_steps=8"]
+    runs = {
+        "tuned preset for ppo+cartpole: tuned/ppo_cartpole.yaml (shipped with rlexp)":
+            started(tmp_path / "a", "env=cartpole", *tiny),
+        "no tuned preset for ppo+Acrobot-v1: using fallbacks/ppo_discrete_vector.yaml (RL Zoo's and SB3's defaults; "
+        "fallback=none keeps the agent's own); tune it: python -m rlexp mode=autotune agent=ppo env=generic "
+        "env.id=Acrobot-v1":
+            started(tmp_path / "b", "env=generic", "env.id=Acrobot-v1", *tiny),
+        "no tuned preset for ppo+Acrobot-v1: fallback=none, so the agent preset's own values; tune it: python -m "
+        "rlexp mode=autotune agent=ppo env=generic env.id=Acrobot-v1":
+            started(tmp_path / "c", "env=generic", "env.id=Acrobot-v1", "fallback=none", *tiny),
+    }
+    for line, process in runs.items():
+        output, _ = process.communicate(timeout=300)
+        assert process.returncode == 0 and output.splitlines()[0] == line, output
+
+
+# ----- without training --------------------------------------------------------------------------------------
+def test_successive_halving_prunes_a_trial_behind_at_a_rung_once_the_warmup_trials_finished():
+    def study(warmup_trials):
+        s = optuna.create_study(direction="maximize", pruner=make_pruner("halving", warmup_trials, 100))
+        first = s.ask()
+        first.report(10.0, 100)
+        assert not first.should_prune()
+        s.tell(first, 10.0)
+        return s
+
+    def pruned(s, value, step):
+        trial = s.ask()
+        trial.report(value, step)
+        return trial.should_prune()
+
+    s = study(warmup_trials=1)
+    assert not pruned(s, 1.0, 50)  # before the first rung (min_resource = warmup_steps)
+    assert pruned(s, 5.0, 100)  # at the rung, behind the only other trial: not in the top third
+    assert not pruned(s, 20.0, 100)  # ahead of both
+    assert not pruned(study(warmup_trials=2), 5.0, 100)  # one finished trial is not yet enough to decide
+
+
+@pytest.mark.parametrize("agent,env", [("a2c", "pendulum"), ("trpo", "pendulum"), ("td3", "pendulum"),
+                                       ("ddpg", "pendulum"), ("sac", "pendulum"), ("a2c", "cartpole")])
+def test_the_search_spaces_compose_and_search_settings_the_agent_has(agent, env):
+    from hydra import compose, initialize_config_module
+
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        c = compose(config_name="config", overrides=[f"+sweep={agent}", f"agent={agent}", f"env={env}"],
+                    return_hydra_config=True)
+    assert c.run.max_steps == 5e4 and c.hydra.sweeper.n_trials == 40
+    dists, fixed, grid = search_space([f"{k}={v}" for k, v in c.hydra.sweeper.params.items()])
+    assert len(dists) >= 5 and not grid
+    assert "agent.lr" in dists and dists["agent.lr"].log
+    for key in c.hydra.sweeper.params:
+        section, name = key.split(".")
+        assert name in c[section], key
