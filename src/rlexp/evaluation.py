@@ -3,15 +3,16 @@
 from __future__ import annotations
 
 import re
+from array import array
 from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
-import pandas as pd
 
-from rlexp.files import write_atomic
+from rlexp.history import write_parquet
 
 COLUMNS = ("step", "time", "mean_return", "std_return", "min_return", "max_return", "episodes")
+TYPECODES = {"step": "q", "episodes": "q"}  # int64; the rest float64 ("d")
 SERIES = re.compile(r"step_(\d+)\.ckpt$")
 
 
@@ -44,6 +45,8 @@ class Evaluator:
     def restore(self, steps: int) -> None:
         """On resume: the evaluations up to the checkpoint's step, and the next one after it."""
         if self.path is not None and self.path.exists():
+            import pandas as pd
+
             frame = pd.read_parquet(self.path)
             self.rows = frame[frame["step"] <= steps].to_dict("records")
         self.next_step = (steps // self.interval + 1) * self.interval
@@ -62,8 +65,7 @@ class Evaluator:
         self.rows.append(row)
         self.next_step = (agent.steps // self.interval + 1) * self.interval
         if self.run_dir is not None:
-            frame = pd.DataFrame(self.rows, columns=list(COLUMNS))
-            write_atomic(self.path, lambda f: frame.to_parquet(f, index=False))
+            write_parquet(self.path, {c: array(TYPECODES.get(c, "d"), [row[c] for row in self.rows]) for c in COLUMNS})
             checkpoints = self.run_dir / "checkpoints"
             if improved:
                 agent.save(checkpoints / "best.ckpt", full=False)

@@ -1,6 +1,7 @@
 """TensorFlow without its start-up noise: the C++ runtime writes absl, oneDNN, CUDA-stub and CPU-feature lines
 straight to file descriptor 2 while it loads (before Python's logging or `TF_CPP_MIN_LOG_LEVEL` apply to
-them). `import_tensorflow` loads it with descriptor 2 captured and passes on every other line."""
+them). `import_tensorflow` loads it with descriptor 2 captured and passes on every other line; in rlexp's own
+processes also without the packages Keras imports for features rlexp doesn't use (`skip_keras_extras`)."""
 from __future__ import annotations
 
 import os
@@ -42,6 +43,36 @@ def filtered_stderr() -> Iterator[None]:
 
 _started = False
 _deferred = False
+_without_extras = False
+
+# What Keras (and TensorFlow's legacy Keras) import at their own import when installed, for features rlexp never
+# uses: the scikit-learn wrappers (scikit-learn, SciPy), image plots (matplotlib, OpenCV), pandas inputs to `fit`
+# and HDF5 model files (h5py). ~1 s of a 2-core machine's start; rlexp imports pandas and matplotlib itself where
+# it needs them (rlexp's checkpoints are .npz files).
+KERAS_EXTRAS = ("sklearn", "scipy", "matplotlib", "cv2", "pandas", "h5py")
+
+
+def skip_keras_extras() -> None:
+    """Have `import_tensorflow` import Keras without `KERAS_EXTRAS`: for rlexp's own processes (the command,
+    the sweep launcher's forkserver), whose code uses none of the Keras features they serve. Those packages
+    import as usual afterwards; the Keras features stay off in this process. Not for the Python API, whose
+    users may want them."""
+    global _without_extras
+    _without_extras = True
+
+
+@contextmanager
+def imports_refused(modules: tuple[str, ...]) -> Iterator[None]:
+    """While it lasts, importing one of `modules` (not imported yet) raises ImportError, as if not installed."""
+    refused = [name for name in modules if name not in sys.modules]
+    for name in refused:
+        sys.modules[name] = None  # type: ignore[assignment]
+    try:
+        yield
+    finally:
+        for name in refused:
+            if name in sys.modules and sys.modules[name] is None:
+                del sys.modules[name]
 
 
 @contextmanager
@@ -65,7 +96,7 @@ def import_tensorflow(start: bool = True) -> None:
     if _started or (not start and "tensorflow" in sys.modules):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with filtered_stderr():
+    with filtered_stderr(), imports_refused(KERAS_EXTRAS if _without_extras else ()):
         import keras  # noqa: F401
         import tensorflow as tf
 

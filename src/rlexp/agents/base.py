@@ -582,7 +582,7 @@ class Agent:
             self.save(run_dir / "checkpoints" / "last.ckpt")
             tracker.flush()
             if len(self.history):
-                plot_history({run_dir.name: self.history.frame()}, run_dir / "history.png")
+                plot_history({run_dir.name: self.history.columns()}, run_dir / "history.png")
             if evaluator is None and not (run_dir / "checkpoints" / "best.ckpt").exists():
                 log.info(f"no checkpoints/best.ckpt: {self.episodes:,} episodes, fewer than one full "
                          f"agent.reward_buffer_size={self.reward_buffer_size} window (play and eval use last.ckpt)")
