@@ -76,7 +76,7 @@ def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_wit
         assert (run["max_steps"], run["eval_interval"], run["eval_episodes"]) == (2048, 1024, 2)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     best_value = max(t.value for t in complete)
-    (number,) = re.findall(r"best: trial (\d+), mean final evaluation", text)
+    (number,) = re.findall(r"best: trial (\d+), score", text)
     best = next(t for t in complete if t.number == int(number))
     assert best.value == best_value
     for key, value in best.params.items():  # sampled and written where they differ from the presets under it
@@ -117,6 +117,14 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
         "generic": (["env=generic", "env.id=pendulum"], "env/pendulum.yaml is one of rlexp's env presets; run it "
                     "as env=pendulum"),
         "sweeper setting": (["hydra.sweeper.pruner=foo"], "hydra.sweeper.pruner=foo is unknown"),
+        "bad value": (["agent.lr=abc"], "agent.lr='abc' must be"),
+        "env id": (["env=generic", "env.id=NoSuchEnv-v0"], "NoSuchEnv-v0"),
+        "tuned": (["tuned=ppo_cartpole"], "mode=autotune writes the pair's tuned preset itself"),
+        # TD3 Pendulum: 20,000 steps over 10 x 2 trials, 1,000 each, all random warm-up (10,000 random steps)
+        "warm-up": (["agent=td3", "env=pendulum"], "trials of 1,000 env steps (1 x run.max_steps=20,000 over 10 "
+                    "trials x 2 seeds) never get past buffer.initial_size=10,000 random steps"),
+        # +sweep=td3 sets run.max_steps=5e4 (a plain sweep's trial length): the budget stays the pair's 20,000
+        "sweep budget": (["agent=td3", "env=pendulum", "+sweep=td3"], "(1 x run.max_steps=20,000 over 10 trials"),
     }
     (tmp_path / "config dir/conf").mkdir(parents=True)
     (tmp_path / "config dir/conf/tuned").write_text("")  # where the tuned presets would go

@@ -109,11 +109,13 @@ def test_auto_precision_of_a_td3_run_is_recorded_and_kept_on_resume(tmp_path):
 
     from rlexp.build import cpu_has_bfloat16
 
+    import tensorflow as tf
+
     args = ["agent=td3", "env=pendulum", "buffer.initial_size=100", "run.eval_episodes=0", "run.progress=log"]
     first = rlexp(tmp_path, *args, "run.max_steps=300")
     assert first.returncode == 0, first.stderr[-2000:]
     (run,) = run_dirs(tmp_path)
-    bf16 = cpu_has_bfloat16()
+    bf16 = cpu_has_bfloat16() and not tf.config.list_physical_devices("GPU")
     assert OmegaConf.load(run / ".hydra" / "config.yaml").run.mixed_precision == ("bfloat16" if bf16 else False)
     assert ("bfloat16 compute" in first.stdout + first.stderr) == bf16
     resumed = rlexp(tmp_path, f"+resume={run}", "run.max_steps=400")

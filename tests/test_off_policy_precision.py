@@ -62,14 +62,14 @@ def test_sac_log_probs_in_bfloat16_are_float32_from_the_float32_head():
 
 def test_soft_updates_move_float32_targets_as_exact_arithmetic_does_where_bfloat16_targets_stall():
     """Bjorck et al. (2021) keep 16-bit targets with Kahan summation; rlexp's targets are float32 under a bfloat16
-    policy, off by a few float32 ulps after 300 steps of 5e-6 or less (a bfloat16 target, one ulp 2^-7 at 1.0,
-    never moves)."""
+    policy, within 4e-6 of the exact average after 300 steps (0.5% of the distance moved; a bfloat16 target, one
+    ulp 2^-7 at 1.0, never moves)."""
     tau, steps = 0.005, 300
     target, source = tf.Variable(tf.ones(4)), tf.Variable(tf.fill([4], 1.001))
     for _ in range(steps):
         soft_update([target], [source], tau)
     exact = 1.001 - 0.001 * (1 - tau) ** steps  # target_k = source - (source - target_0) (1 - tau)^k
-    np.testing.assert_allclose(target.numpy(), exact, atol=1e-5)
+    np.testing.assert_allclose(target.numpy(), exact, atol=4e-6)
     assert exact - 1.0 > 7e-4  # it moved most of the way
     half = tf.ones(4, tf.bfloat16)
     for _ in range(steps):

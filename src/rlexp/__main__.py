@@ -1,3 +1,3 @@
-from rlexp.main import cli
+from rlexp.main import console
 
-cli()
+console()

@@ -165,7 +165,6 @@ def check_each_override(apply: Callable[[list[Any], DictConfig], None]) -> Calla
 def cli() -> None:
     """The `rlexp` command: Hydra's own errors before the task starts (unknown group option, bad override
     syntax, missing config) are user input errors too, so they exit with 2 like ours."""
-    skip_keras_extras()  # Keras's optional imports (SciPy, pandas, scikit-learn, ...) that a run never uses
     # the agent and env presets pick the default network; an explicit model=auto means the same default
     args = options_first([arg for arg in sys.argv[1:] if arg != "model=auto"])
     sys.argv = sys.argv[:1] + args
@@ -189,7 +188,15 @@ def cli() -> None:
         if e.code == 1 and not Started.value:
             sys.exit(2)
         raise
+
+
+def console() -> None:
+    """The `rlexp` console script and `python -m rlexp`: `cli` in a process of its own, so Keras loads without
+    its optional imports that a run never uses (SciPy, pandas, scikit-learn, ...), and what TensorFlow and the
+    run allocated is frozen before exit instead of walked by the interpreter's last collections (~1 s on 2
+    cores; Python never promised to finalise those objects at exit)."""
+    skip_keras_extras()
+    try:
+        cli()
     finally:
-        # the interpreter's collections at exit would walk every object TensorFlow and the run left (~1 s on
-        # 2 cores); frozen, they stay until the process ends (Python never promised to finalise them at exit)
         gc.freeze()

@@ -43,7 +43,7 @@ class SAC(OffPolicyAgent):
     action_spaces = ("continuous",)
     default_models = {"image": "nature_cnn", "vector": "mlp_large"}
     grouped_updates = True
-    auto_bfloat16 = True  # learned as in float32 (benchmarks/results/learning.md, precision parity)
+    auto_bfloat16 = True  # bfloat16 vs float32, same seeds: benchmarks/results/learning.md
 
     def __init__(self, envs, model=None, buffer=None, *, tau: float = 0.005, lr: float = 3e-4,
                  ent_coef: float | str = "auto", init_ent_coef: float = 1.0, target_entropy: float | str = "auto",

@@ -24,7 +24,7 @@ class TD3(DDPG):
     """
 
     n_critics = 2
-    auto_bfloat16 = True  # learned as in float32 (benchmarks/results/learning.md, precision parity)
+    auto_bfloat16 = True  # bfloat16 vs float32, same seeds: benchmarks/results/learning.md
 
     def __init__(self, envs, model=None, buffer=None, *, policy_delay: int = 2, policy_noise_coef: float = 0.2,
                  noise_clip: float = 0.5, **kwargs) -> None:

@@ -72,8 +72,10 @@ def autotune(cfg: DictConfig) -> float:
     if cfg.get("resume"):
         raise UserError("+resume continues a training run; mode=autotune starts a study: drop +resume")
     agent, overrides = choices()["agent"], split_overrides(command_overrides())
-    budget, space = check_budget(cfg), check_space(agent, overrides.space)
+    space = check_space(agent, overrides.space)
+    budget = check_budget(cfg, pair_max_steps(cfg, overrides))
     env_name, env_text = env_preset(cfg, overrides.env)
+    check_trials_learn(check_pair(cfg), budget, space, overrides)
     config_dir = user_config_dir(sys.argv[1:])
     if config_dir is None:
         return with_default_dir(str(cfg.autotune.get("config_dir") or "rlexp_conf"))
@@ -97,8 +99,8 @@ def autotune(cfg: DictConfig) -> float:
     write_atomic(path, lambda f: f.write(text.encode()))
     command = ["python", "-m", "rlexp", "--config-dir", config_dir, f"agent={agent}", f"env={env_name}", *picked,
                *overrides.shared, *overrides.final]
-    log.info(f"{'replaced' if replaced else 'wrote'} {path} (best trial {best}, mean final evaluation "
-             f"{results['best_value']:.4g}); training with it: {shlex.join(command)}")
+    log.info(f"{'replaced' if replaced else 'wrote'} {path} (best trial {best}, score {results['best_value']:.4g}); "
+             f"training with it: {shlex.join(command)}")
     run([sys.executable, *command[1:]])
     log.info(f"reproduce this training: {shlex.join(command)}")
     return float(results["best_value"])
@@ -120,6 +122,8 @@ def split_overrides(overrides: list[str]) -> Overrides:
         key = override.key_or_group
         if key == "sweep":
             sorted_.space = str(override.value())
+        elif key == "tuned":
+            raise UserError("mode=autotune writes the pair's tuned preset itself: drop tuned= / ~tuned")
         elif key in ("mode", "agent", "env") or key.startswith("autotune."):
             continue
         elif key.startswith(HYPERPARAMETERS) or key.startswith("hydra") or key in ("model", "buffer"):
@@ -133,8 +137,53 @@ def split_overrides(overrides: list[str]) -> Overrides:
     return sorted_
 
 
-def check_budget(cfg: DictConfig) -> Budget:
-    """autotune.* checked, and the trial length derived from them: budget x run.max_steps env steps in all."""
+def pair_max_steps(cfg: DictConfig, overrides: Overrides) -> int:
+    """The pair's training budget, run.max_steps: as composed, except that a +sweep=<name> preset's
+    run.max_steps (its trials' length in a plain sweep) gives way to the pair's own."""
+    if overrides.space is None or any(o.lstrip("+").startswith("run.max_steps=") for o in overrides.study):
+        return int(float(cfg.run.max_steps))
+    from hydra import compose
+
+    task = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+").startswith(("sweep=", "mode="))]
+    return int(float(compose(config_name=HydraConfig.get().job.config_name, overrides=task).run.max_steps))
+
+
+def check_pair(cfg: DictConfig) -> DictConfig:
+    """The trials' configuration (with the fallback's values where the pair is untuned), checked as a training
+    run checks it, so that a bad value or env id is one line before the study, not a failure in every trial."""
+    from rlexp.build import agent_class, check_types
+    from rlexp.checks import check_presets
+    from rlexp.fallback import apply_fallback
+    from rlexp.rundirs import task_overrides
+
+    check_presets(cfg, choices())
+    trial_cfg, _ = apply_fallback(cfg, choices(), task_overrides())
+    check_types("agent", {k: v for k, v in trial_cfg.agent.items() if k != "_target_"},
+                agent_class(trial_cfg.agent._target_))
+    return trial_cfg
+
+
+def searched_keys(space: str, overrides: Overrides) -> set[str]:
+    """The keys the study searches: the search space preset's hydra.sweeper.params and the command line's sweeps."""
+    path, _ = hydra_preset("sweep", space)
+    preset = OmegaConf.load(path) if path is not None else OmegaConf.create()
+    keys = set(OmegaConf.select(preset, "hydra.sweeper.params", default=None) or {})
+    return keys | {o.split("=", 1)[0].lstrip("+") for o in overrides.study if "(" in o or "," in o}
+
+
+def check_trials_learn(trial_cfg: DictConfig, budget: Budget, space: str, overrides: Overrides) -> None:
+    """Off-policy trials must get past their random warm-up (buffer.initial_size env steps) to learn at all."""
+    initial = OmegaConf.select(trial_cfg, "buffer.initial_size", default=None)
+    if initial is None or budget.trial_steps > int(initial) or "buffer.initial_size" in searched_keys(space, overrides):
+        return
+    raise UserError(f"mode=autotune: trials of {budget.trial_steps:,} env steps ({budget.budget:g} x run.max_steps="
+                    f"{budget.max_steps:,} over {budget.trials} trials x {budget.seeds} seeds) never get past "
+                    f"buffer.initial_size={int(initial):,} random steps; raise autotune.budget or run.max_steps, "
+                    "lower autotune.trials, or set a smaller buffer.initial_size")
+
+
+def check_budget(cfg: DictConfig, max_steps: int) -> Budget:
+    """autotune.* checked, and the trial length derived from them: budget x max_steps env steps in all."""
     section = cfg.get("autotune")
     if not isinstance(section, DictConfig):
         raise UserError(f"autotune={section!r}: autotune is a section of settings; set its keys instead, e.g. "
@@ -143,7 +192,6 @@ def check_budget(cfg: DictConfig) -> Budget:
     trials, seeds, evaluations, episodes = (
         int(_number(f"autotune.{key}", section.get(key), minimum=1, integer=True))
         for key in ("trials", "seeds", "evaluations", "eval_episodes"))
-    max_steps = int(float(cfg.run.max_steps))
     trial_steps = int(budget * max_steps) // (trials * seeds)
     if trial_steps < evaluations:
         raise UserError(f"autotune.budget={budget:g}: {budget:g} x run.max_steps={max_steps:,} over autotune.trials="
@@ -171,6 +219,7 @@ def check_config_dir(directory: str, groups: tuple[str, ...]) -> None:
         if (target / group).exists() and not (target / group).is_dir():
             raise UserError(f"--config-dir {directory}: {target / group} is a file, so the {group} presets can't go "
                             "there; move it away or pass another config dir")
+        check_writable(target / group, f"--config-dir {directory}: {group}/")
 
 
 def with_default_dir(directory: str) -> float:
@@ -183,7 +232,7 @@ def with_default_dir(directory: str) -> float:
     log.info(f"no --config-dir: the tuned preset goes into {directory}/ ({'made now' if made else 'existing'}); use "
              f"--config-dir {directory} from now on (python -m rlexp mode=init +dir={directory} adds copies of every "
              "shipped preset to edit)")
-    code = subprocess.run([sys.executable, "-m", "rlexp", "--config-dir", directory, *sys.argv[1:]]).returncode
+    code = wait_for([sys.executable, "-m", "rlexp", "--config-dir", directory, *sys.argv[1:]])
     if code and made and not any(target.iterdir()):
         target.rmdir()
     if code:
@@ -233,10 +282,21 @@ def study_command(config_dir: str, agent: str, space: str, overrides: Overrides,
             f"hydra.sweep.dir='{sweep_dir}'"]
 
 
+def wait_for(command: list[str]) -> int:
+    """Run a command; its exit code. A Ctrl-C reaches it too (one process group), and it stops in its own way
+    (the study reports, a training run checkpoints) while this process waits for it."""
+    sys.stdout.flush()
+    with subprocess.Popen(command) as child:
+        while True:
+            try:
+                return child.wait()
+            except KeyboardInterrupt:
+                continue
+
+
 def run(command: list[str]) -> None:
     """A command of its own (its output is the user's); its failure, which it reported, ends autotune's too."""
-    sys.stdout.flush()
-    code = subprocess.run(command).returncode
+    code = wait_for(command)
     if code:
         sys.exit(code)
 
@@ -247,8 +307,8 @@ def best_trial(sweep_dir: Path) -> tuple[int, dict[str, Any], dict[str, Any]]:
     results_path, preset_path = sweep_dir / "optimization_results.yaml", sweep_dir / "tuned" / "best.yaml"
     results = yaml.safe_load(results_path.read_text()) if results_path.is_file() else None
     if not results or "best_trial" not in results or not preset_path.is_file():
-        log.error(f"error: no trial of the study finished (trials.csv in {sweep_dir}); raise autotune.budget, or "
-                  "run.max_steps, for longer trials")
+        log.error(f"error: no trial of the study finished: their errors are in {sweep_dir}/trials.csv; for trials "
+                  "that were too short, raise autotune.budget or run.max_steps")
         sys.exit(1)
     return int(results["best_trial"]), yaml.safe_load(preset_path.read_text()), results
 
@@ -300,7 +360,7 @@ def tuned_header(cfg: DictConfig, study: str, sweep_dir: Path, budget: Budget, b
             f"# {agent} on {cfg.env.id}, written by `python -m rlexp mode=autotune` on {date}\n"
             f"# study {study} ({sweep_dir}):\n"
             f"#   {budget.trials} trials ({counts}) x {seeds} of {budget.trial_steps:,} steps; best: trial {best}, "
-            f"mean final evaluation {results['best_value']:.6g}\n"
+            f"score {results['best_value']:.6g} (the sweeper's objective)\n"
             "# Its values where they differ from the agent, env, model and buffer presets: those of the tuned or\n"
             "# fallback preset it trained over, of the command line and of the search; run.max_steps: the pair's\n"
             "# training budget.\n"
