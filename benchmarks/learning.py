@@ -5,6 +5,7 @@ Usage: python benchmarks/learning.py [CASE ...] [--seeds 0 1 2]   (CASE names: s
        python benchmarks/learning.py --rescore CASE SEED   (evaluate a recorded row's final weights again)
        python benchmarks/learning.py --from-log CASE SEED LOG COMMIT   (record a run started by hand, resumed
        or not: a resumed run's train seconds are its whole training time, from its last checkpoint)
+       python benchmarks/learning.py --rewrite   (learning.md again from learning.json)
 Each run goes through `python -m rlexp` (run dirs under benchmarks/runs/); prints a Markdown table and
 merges its rows into benchmarks/results/learning.json (a rerun of a case and seed replaces its row; each row
 keeps its date and commit), from which benchmarks/results/learning.md is written.
@@ -208,8 +209,8 @@ def record(rows: list[dict]) -> None:
 
 
 def parity_lines(rows: list[dict]) -> list[str]:
-    """For each PARITY pair with rows in both precisions: the float32 seeds' range and whether the bfloat16
-    mean lies inside it."""
+    """For each PARITY pair with rows: the float32 seeds' range and whether the bfloat16 mean lies inside it (with
+    one precision's rows only, those)."""
     lines = []
     for name in PARITY:
         fp32, bf16 = ([r for r in rows if r["case"] == f"{name}-{p}" and "eval_mean" in r] for p in PRECISIONS)
@@ -219,6 +220,10 @@ def parity_lines(rows: list[dict]) -> list[str]:
             inside = "inside" if low <= mean16 <= high else "OUTSIDE"
             lines.append(f"- {name}: float32 seeds {low:.1f} to {high:.1f} (mean {mean32:.1f}, {len(fp32)} seeds); "
                          f"bfloat16 mean {mean16:.1f} ({len(bf16)} seeds): {inside} the float32 spread")
+        elif fp32 or bf16:
+            have, other = ("float32", "bfloat16") if fp32 else ("bfloat16", "float32")
+            lines.append(f"- {name}: {have} " + " / ".join(f"{r['eval_mean']:.1f}" for r in fp32 or bf16)
+                         + f" (seeds {', '.join(str(r['seed']) for r in fp32 or bf16)}); no {other} rows")
     return lines
 
 
@@ -227,11 +232,14 @@ def main() -> None:
     parser.add_argument("cases", nargs="*", default=list(CASES))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--table", nargs="+", metavar="LOG", help="only print the table of earlier runs' JSON lines")
+    parser.add_argument("--rewrite", action="store_true", help="only rewrite learning.md from learning.json")
     parser.add_argument("--rescore", nargs=2, metavar=("CASE", "SEED"),
                         help="evaluate a recorded row's final weights again (its run dir must still exist)")
     parser.add_argument("--from-log", nargs=4, metavar=("CASE", "SEED", "LOG", "COMMIT"),
                         help="record a run of CASE started by hand (its console output in LOG, at COMMIT)")
     opts = parser.parse_args()
+    if opts.rewrite:
+        return record([])
     if opts.rescore:
         case, seed = opts.rescore[0], int(opts.rescore[1])
         rows = json.loads((RESULTS / "learning.json").read_text())
