@@ -1,16 +1,20 @@
 """mode=autotune benchmark, written to benchmarks/results/autotune.md: for each pair without a tuned preset,
 `python -m rlexp mode=autotune` from a fresh directory (a study within the pair's training budget, then a training
-run with the tuned preset it wrote), its cost (wall seconds, env steps the study's trials trained) and that run's
-final evaluation, next to the same training with the fallback preset and RL Zoo's score (benchmark.md).
+run with the tuned preset it wrote, on the first seed), its cost (wall seconds, env steps the study's trials
+trained), then the command autotune printed on the other seeds: the tuned preset's final evaluations next to the
+fallback preset's at the same budget and seeds (learning.md's `fallback-<agent>-<env>` rows, run here where
+missing) and RL Zoo's score (benchmark.md).
 
-Usage: python benchmarks/autotune.py [PAIR ...] [--seed 0]   (PAIR names: see PAIRS)
+Usage: python benchmarks/autotune.py [PAIR ...] [--seeds 0 1 2]   (PAIR names: see PAIRS)
 """
 from __future__ import annotations
 
 import argparse
 import json
 import re
+import shlex
 import shutil
+import statistics
 import subprocess
 import sys
 import time
@@ -20,14 +24,15 @@ import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from current import now, write_table  # noqa: E402
+from current import RESULTS, now, write_table  # noqa: E402
+from learning import CASES, run as learning_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / "runs" / "autotune"
-PAIRS = {  # name: (CLI args, RL Zoo's score at that budget)
-    "a2c-lunarlander": (["agent=a2c", "env=lunarlander", "run.max_steps=2e5", "run.target_reward=null"], 155.8),
-    "a2c-acrobot": (["agent=a2c", "env=generic", "env.id=Acrobot-v1", "run.max_steps=5e5"], -83.4),
-    "dqn-mountaincar": (["agent=dqn", "env=generic", "env.id=MountainCar-v0", "run.max_steps=1.2e5"], -100.8),
+PAIRS = {  # name: (learning case of the fallback at the same budget, RL Zoo's score at that budget)
+    "a2c-lunarlander": ("fallback-a2c-lunarlander", 155.8),
+    "a2c-acrobot": ("fallback-a2c-acrobot", -83.4),
+    "dqn-mountaincar": ("fallback-dqn-mountaincar", -100.8),
 }
 
 
@@ -57,40 +62,67 @@ def study_steps(study: Path) -> int:
     return steps
 
 
-def measure(name: str, seed: int) -> dict:
-    args, zoo = PAIRS[name]
+def reproduce_command(stdout: str, seed: int) -> list[str]:
+    """The training command autotune printed last, on `seed`."""
+    words = shlex.split(re.findall(r"reproduce this training: (.+)", stdout)[-1])
+    return [w for w in words[3:] if not w.startswith("seed=")] + [f"seed={seed}"]  # after `python -m rlexp`
+
+
+def fallback_evals(case: str, seeds: list[int]) -> list[float]:
+    """Final evaluations of the fallback preset: learning.json's rows of `case`, a learning run where missing."""
+    rows = json.loads((RESULTS / "learning.json").read_text())
+    recorded = {r["seed"]: r["eval_mean"] for r in rows if r["case"] == case and "eval_mean" in r}
+    for seed in seeds:
+        if seed not in recorded:
+            row = learning_run(case, seed)
+            if "error" in row:
+                raise SystemExit(f"{case} seed {seed} failed: {row['error']}")
+            recorded[seed] = row["eval_mean"]
+    return [recorded[seed] for seed in seeds]
+
+
+def measure(name: str, seeds: list[int]) -> dict:
+    case, zoo = PAIRS[name]
+    args = [a for a in CASES[case][0] if a != "run.target_reward=null"]
     cwd = WORK / name
     shutil.rmtree(cwd, ignore_errors=True)
-    stdout, wall = rlexp(cwd / "tuned", "mode=autotune", *args, f"seed={seed}")
+    stdout, wall = rlexp(cwd / "tuned", "mode=autotune", *args, f"seed={seeds[0]}")
     (study,) = (cwd / "tuned" / "multirun").iterdir()
     results = yaml.safe_load((study / "optimization_results.yaml").read_text())
-    fallback, _ = rlexp(cwd / "fallback", *args, f"seed={seed}")
+    tuned = [final_eval(stdout)] + [final_eval(rlexp(cwd / "tuned", *reproduce_command(stdout, seed))[0])
+                                    for seed in seeds[1:]]
     budget = float(next(a for a in args if a.startswith("run.max_steps=")).split("=")[1])
     return dict(pair=name, budget=int(budget), wall_s=round(wall, 1), study_steps=study_steps(study),
-                trials=results["trials"], best_trial=results["best_trial"], tuned=final_eval(stdout),
-                fallback=final_eval(fallback), zoo=zoo)
+                trials=results["trials"], best_trial=results["best_trial"], seeds=seeds, tuned=tuned,
+                fallback=fallback_evals(case, seeds), zoo=zoo, command=" ".join(["mode=autotune", *args]))
+
+
+def scores(values: list[float]) -> str:
+    """`mean (seed values)`."""
+    return f"{statistics.mean(values):.1f} ({' / '.join(f'{v:.1f}' for v in values)})"
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["`python -m rlexp mode=autotune <pair> seed=<seed>` with autotune's defaults (budget 1.0 x run.max_steps, "
-             "10 trials x 2 seeds, successive halving on 5 evaluations of 5 episodes); wall time of the whole command "
-             "(study and the training with the tuned preset), the study's env steps, and 20 evaluation episodes of "
-             "the final weights of the training with the tuned preset, with the fallback preset (same budget and "
-             "seed) and RL Zoo's score.", "",
-             "| pair | run.max_steps | autotune wall s | study env steps | trials | tuned | fallback | RL Zoo |",
-             "|---|---:|---:|---:|---|---:|---:|---:|"]
+    lines = ["`python -m rlexp <command> seed=<first seed>` with autotune's defaults (budget 1.0 x run.max_steps, "
+             "10 trials x 2 seeds, successive halving on 5 evaluations of 5 episodes): wall time of the whole command "
+             "(the study and the training with the tuned preset), the study's env steps and trials; then the mean "
+             "(and each seed's) final evaluation, 20 episodes, of the training with the tuned preset (the command "
+             "autotune printed, on each seed), of the fallback preset at the same budget and seeds (learning.md's "
+             "`fallback-*` rows) and RL Zoo's score.", "",
+             "| pair | command | autotune wall s | study env steps | trials | seeds | tuned | fallback | RL Zoo |",
+             "|---|---|---:|---:|---|---|---|---|---:|"]
     for r in rows:
         trials = ", ".join(f"{n} {state.lower()}" for state, n in r["trials"].items())
-        lines.append(f"| {r['pair']} | {r['budget']:,} | {r['wall_s']:,.0f} | {r['study_steps']:,} "
-                     f"({r['study_steps'] / r['budget']:.2f}x) | {trials} | {r['tuned']:.1f} | {r['fallback']:.1f} | "
-                     f"{r['zoo']:.1f} |")
+        lines.append(f"| {r['pair']} | `{r['command']}` | {r['wall_s']:,.0f} | {r['study_steps']:,} "
+                     f"({r['study_steps'] / r['budget']:.2f}x) | {trials} | {', '.join(map(str, r['seeds']))} | "
+                     f"{scores(r['tuned'])} | {scores(r['fallback'])} | {r['zoo']:.1f} |")
     return "\n".join(lines)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pairs", nargs="*", metavar="PAIR", help=", ".join(PAIRS))
-    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     args = parser.parse_args()
     unknown = sorted(set(args.pairs) - set(PAIRS))
     if unknown:
@@ -98,7 +130,7 @@ def main() -> None:
     started = now()
     rows = []
     for name in args.pairs or PAIRS:
-        rows.append(measure(name, args.seed))
+        rows.append(measure(name, args.seeds))
         print(json.dumps(rows[-1]), flush=True)
     body = markdown(rows)
     print(body)
