@@ -74,12 +74,21 @@ def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_wit
     for trial in trials:  # budget x run.max_steps split over the trials, evaluated as autotune.evaluations says
         run = saved(study / f"trial_{trial.number}")["run"]
         assert (run["max_steps"], run["eval_interval"], run["eval_episodes"]) == (2048, 1024, 2)
+    # trial 0 trains the values the pair takes untuned: the PPO discrete fallback's lr 3e-4, clip 0.2 and entropy
+    # coefficient 0 (outside the space's log interval: a fixed value, not an Optuna parameter); the rest sample
+    zero, *rest = sorted(trials, key=lambda t: t.number)
+    assert zero.params == {"agent.lr": 3e-4, "agent.clip_norm": 0.2}
+    assert zero.user_attrs["baseline_values"] == {"agent.entropy_coef": 0.0}
+    first = saved(study / "trial_0")["agent"]
+    assert (first["lr"], first["clip_norm"], first["entropy_coef"], first["n_steps"]) == (3e-4, 0.2, 0.0, 64)
+    assert all("agent.entropy_coef" in t.params and "baseline_values" not in t.user_attrs for t in rest)
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     best_value = max(t.value for t in complete)
     (number,) = re.findall(r"best: trial (\d+), score", text)
     best = next(t for t in complete if t.number == int(number))
     assert best.value == best_value
-    for key, value in best.params.items():  # sampled and written where they differ from the presets under it
+    # sampled (or the baseline's) and written where they differ from the presets under it
+    for key, value in {**best.params, **best.user_attrs.get("baseline_values", {})}.items():
         section, name = key.split(".")
         assert preset[section].get(name, value) == value, key
 

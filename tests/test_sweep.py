@@ -375,7 +375,8 @@ def assert_refused(cwd, overrides, message):
 SETTINGS = dict(sampler={"_target_": "optuna.samplers.RandomSampler", "seed": 0}, direction="maximize",
                 directions=None, objective="final_eval", last_evals=3, seeds_per_trial=1, aggregate="mean",
                 confirm=None, storage=None, study_name="s", n_trials=2, n_jobs=2, max_failure_rate=0.5, params=None,
-                pruner="median", warmup_trials=5, warmup_steps=0, reports=10, heartbeat_interval=10, grace_period=60)
+                pruner="median", warmup_trials=5, warmup_steps=0, reports=10, heartbeat_interval=10, grace_period=60,
+                baseline=None)
 
 
 @pytest.mark.parametrize("key,value,message", [
@@ -402,7 +403,8 @@ SETTINGS = dict(sampler={"_target_": "optuna.samplers.RandomSampler", "seed": 0}
     ("sampler", {"_target_": "optuna.samplers.TPESampler", "multivariate": "yes"}, "multivariate=yes: use true or"),
     ("sampler", {"_target_": "optuna.samplers.NSGAIISampler", "population_size": 1}, "population_size=1: use a whole"),
     ("sampler", {"_target_": "optuna.samplers.QMCSampler", "qmc_type": "xx"}, "ValueError: The `qmc_type='xx'`"),
-    ("bogus", 1, "hydra.sweeper.bogus is not a setting of rlexp's sweeper; use one of aggregate, confirm,"),
+    ("baseline", 5, "baseline=5: use a mapping of searched keys to the values the first trial trains"),
+    ("bogus", 1, "hydra.sweeper.bogus is not a setting of rlexp's sweeper; use one of aggregate, baseline, confirm,"),
 ])
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_every_sweeper_setting_is_checked(key, value, message):
@@ -545,3 +547,20 @@ def test_the_commands_and_preset_of_a_swept_env_name_the_best_trials_env(tmp_pat
     (folder / "config.yaml").write_text("agent: {lr: 0.001}\n")
     header = sweep.write_best_preset(best, "s", 1.0).read_text()
     assert "as tuned/ppo_pendulum.yaml\n" in header and "agent=ppo env=pendulum tuned=best\n" in header
+
+
+def test_a_baseline_splits_into_values_inside_the_search_space_and_values_outside_it():
+    """Inside: an option of a choice, a value in an interval (log or not, bounds included); outside: anything
+    else, which the baseline trial trains with as fixed values; keys that are not searched are dropped."""
+    from optuna.distributions import CategoricalDistribution, FloatDistribution
+
+    from rlexp.sweep import baseline_params
+
+    space = {"agent.n_steps": CategoricalDistribution([8, 16, 32]), "agent.lr": FloatDistribution(1e-5, 1e-2, log=True),
+             "agent.entropy_coef": FloatDistribution(1e-8, 1e-1, log=True), "agent.lam": FloatDistribution(0.8, 1.0),
+             "agent.clip_norm": CategoricalDistribution([0.1, 0.2])}
+    baseline = {"agent.n_steps": 5, "agent.lr": 7e-4, "agent.entropy_coef": 0.0, "agent.lam": 1.0,
+                "agent.clip_norm": 0.2, "agent.gamma": 0.99}
+    inside, outside = baseline_params(baseline, space)
+    assert inside == {"agent.lr": 7e-4, "agent.lam": 1.0, "agent.clip_norm": 0.2}
+    assert outside == {"agent.n_steps": 5, "agent.entropy_coef": 0.0}

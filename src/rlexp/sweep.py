@@ -189,7 +189,7 @@ WHOLE = {"n_trials": 1, "n_jobs": 1, "seeds_per_trial": 1, "last_evals": 1, "rep
 CHOICES = {"direction": ("maximize", "minimize"), "objective": OBJECTIVES, "aggregate": ("mean", "iqm"),
            "pruner": ("median", "none", "halving")}
 SETTINGS = (*WHOLE, *CHOICES, "sampler", "directions", "confirm", "storage", "study_name", "max_failure_rate",
-            "params")
+            "params", "baseline")
 SAMPLER_WHOLE = {"n_startup_trials": 0, "population_size": 2}
 SAMPLERS = "hydra/sweeper/sampler=tpe|random|cmaes|nsgaii|qmc"
 
@@ -230,8 +230,36 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     if s.get("params") is not None and not isinstance(s["params"], Mapping):
         raise SweepError(f"hydra.sweeper.params={_shown(s['params'])}: use a mapping of keys to sweeps, e.g. "
                          "{agent.lr: 'tag(log,interval(1e-5,1e-2))', agent.n_steps: 'choice(16,32)'}")
+    if s.get("baseline") is not None and not isinstance(s["baseline"], Mapping):
+        raise SweepError(f"hydra.sweeper.baseline={_shown(s['baseline'])}: use a mapping of searched keys to the "
+                         "values the first trial trains, e.g. {agent.lr: 3e-4, agent.n_steps: 64}")
     s["sampler"] = make_sampler(s.get("sampler"))
     return s
+
+
+def baseline_params(baseline: Mapping[str, Any], distributions: Mapping[str, BaseDistribution]
+                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+    """The baseline's values of searched keys: (those that lie in their distribution, a choice's option or a value
+    in an interval: the trial's Optuna parameters; the others, which the trial trains with as fixed values)."""
+    inside, outside = {}, {}
+    for key, value in baseline.items():
+        dist = distributions.get(key)
+        if dist is None:
+            continue
+        try:
+            contained = dist._contains(dist.to_internal_repr(value))
+        except (ValueError, TypeError):
+            contained = False
+        (inside if contained else outside)[key] = value
+    return inside, outside
+
+
+BASELINE_ATTR = "baseline_values"  # a baseline trial's values outside the search space (not Optuna parameters)
+
+
+def params_of(trial: optuna.trial.FrozenTrial | optuna.trial.Trial) -> dict[str, Any]:
+    """The values a trial trained with: its Optuna parameters, and a baseline trial's values outside the space."""
+    return {**trial.params, **trial.user_attrs.get(BASELINE_ATTR, {})}
 
 
 def check_rate(rate: Any) -> float:
@@ -566,11 +594,20 @@ class OptunaSweep:
         study = self.open_study(distributions)
         n_trials = int(self.s["n_trials"])
         queue: list[dict[str, Any]] = []
+        baseline_rest: dict[str, Any] = {}
         if is_grid:
             done = [t.params for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE, TrialState.PRUNED))]
             queue = [p for p in grid_points(distributions) if p not in done][:n_trials]
             n_trials = len(queue)
             log.info(f"grid of {len(grid_points(distributions))} combinations: {n_trials} to run")
+        elif self.s.get("baseline") and not study.get_trials(deepcopy=False):
+            inside, baseline_rest = baseline_params(self.s["baseline"], distributions)
+            queue = [inside]
+            sampled = sorted(set(distributions) - set(inside) - set(baseline_rest))
+            log.info("trial 0 trains the baseline: " + " ".join(f"{k}={_format(v) if isinstance(v, float) else v}"
+                                                              for k, v in {**inside, **baseline_rest}.items())
+                     + (f" (outside the search space: {', '.join(baseline_rest)})" if baseline_rest else "")
+                     + (f"; sampled: {', '.join(sampled)}" if sampled else ""))
         self.fixed = {k: v for k, v in fixed.items() if not (k == "seed" and self.n_seeds > 1)}
         Started.value = True
         finished, failed, n_jobs = 0, 0, self.s["n_jobs"]
@@ -585,6 +622,8 @@ class OptunaSweep:
             trials = [study.ask() for _ in range(batch)]
             jobs = []
             for trial in trials:
+                if baseline_rest and trial.number == 0:
+                    trial.set_user_attr(BASELINE_ATTR, baseline_rest)
                 self.suggest(study, trial, distributions)
                 for index, seed in enumerate(self.trial_seeds()):
                     subdir = f"trial_{trial.number}" + (f"/seed_{seed}" if self.n_seeds > 1 else "")
@@ -632,8 +671,10 @@ class OptunaSweep:
     def suggest(self, study: optuna.Study, trial: optuna.trial.Trial, distributions: Mapping[str, BaseDistribution]) -> None:
         # draws depend on (seed, trial number): reproducible, and distinct across resumed or concurrent sweeps
         reseed(study.sampler, self.seed * 100_003 + trial.number)
+        fixed = trial.user_attrs.get(BASELINE_ATTR, {})
         for name, dist in distributions.items():
-            trial._suggest(name, dist)
+            if name not in fixed:
+                trial._suggest(name, dist)
 
     def trial_overrides(self, study: optuna.Study, trial: optuna.trial.FrozenTrial | optuna.trial.Trial,
                         seed: int | None, subdir: str, leader: bool = True, report: bool = True) -> list[str]:
@@ -642,7 +683,7 @@ class OptunaSweep:
                 "prune": self.prune and report, "leader": leader, "pruner": self.s["pruner"],
                 "warmup_trials": self.s["warmup_trials"], "warmup_steps": self.s["warmup_steps"],
                 "reports": self.s["reports"], "last_evals": self.s["last_evals"]}
-        values = {**trial.params, **self.fixed}
+        values = {**params_of(trial), **self.fixed}
         if seed is not None:
             values.pop("seed", None)
             values["seed"] = seed
@@ -691,7 +732,7 @@ class OptunaSweep:
                 values.append(train_seconds)
         error = errors[0] if errors and state != TrialState.COMPLETE else None
         self.tell(study, trial, state, values, error, seconds)
-        params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in trial.params.items())
+        params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params_of(trial).items())
         shown = " ".join(map(_format, values)) if values else "-"
         log.info(f"trial {trial.number:>3} {state.name:<8} {shown:>9} {seconds:7.1f} s  {params}"
                  + (f"  | {error}" if error else ""))
@@ -766,7 +807,7 @@ class OptunaSweep:
             point, low, high = estimates[str(trial.number)]
             rows.append({"trial": trial.number, "search_rank": search_rank, "search_value": trial.values[0],
                          column: point, "ci_low": low, "ci_high": high,
-                         "seeds": len(confirmed[trial.number]), "params": dict(trial.params)})
+                         "seeds": len(confirmed[trial.number]), "params": params_of(trial)})
         rows.sort(key=lambda r: r[column], reverse=self.directions[0] == "maximize")
         for rank, row in enumerate(rows, 1):
             row["confirmed_rank"] = rank
@@ -788,16 +829,16 @@ class OptunaSweep:
             front = sorted(study.best_trials, key=lambda t: t.values[0], reverse=self.directions[0] == "maximize")
             best = front[0]
             results["pareto_front"] = [{"trial": t.number, self.objective: t.values[0], "train_seconds": t.values[1],
-                                        "params": dict(t.params)} for t in front]
+                                        "params": params_of(t)} for t in front]
             self.write_csv("pareto_front.csv", results["pareto_front"])
         elif complete:
             best = self.ranked(study)[0]
-            results.update(best_params=dict(best.params), best_value=best.values[0], best_trial=best.number)
+            results.update(best_params=params_of(best), best_value=best.values[0], best_trial=best.number)
             confirmed = self.confirmation_table(study) if self.confirm else []
             if confirmed:
                 winner = confirmed[0]
                 best = next(t for t in complete if t.number == winner["trial"])
-                results.update(best_params=dict(best.params), best_value=winner[f"confirmed_{self.aggregate}"],
+                results.update(best_params=params_of(best), best_value=winner[f"confirmed_{self.aggregate}"],
                                best_trial=best.number, search_best_trial=self.ranked(study)[0].number,
                                confirmation=confirmed)
                 self.write_csv("confirmation.csv", confirmed)
@@ -851,7 +892,7 @@ class OptunaSweep:
         import shlex
 
         agent, env = self.agent_env(best)
-        values = {k: v for k, v in {**self.fixed, **best.params}.items() if k not in ("agent", "env")
+        values = {k: v for k, v in {**self.fixed, **params_of(best)}.items() if k not in ("agent", "env")
                   and not k.lstrip("+~").startswith(SWEEP_ONLY)}
         words = [*self.command_prefix(), f"agent={agent}", f"env={env}", *(f"{k}={v}" for k, v in values.items())]
         return shlex.join(words)

@@ -75,7 +75,9 @@ def autotune(cfg: DictConfig) -> float:
     space = check_space(agent, overrides.space)
     budget = check_budget(cfg, pair_max_steps(cfg, overrides))
     env_name, env_text = env_preset(cfg, overrides.env)
-    check_trials_learn(check_pair(cfg), budget, space, overrides)
+    trial_cfg = check_pair(cfg)
+    check_trials_learn(trial_cfg, budget, space, overrides)
+    baseline = baseline_values(trial_cfg, searched_keys(space, overrides))
     config_dir = user_config_dir(sys.argv[1:])
     if config_dir is None:
         return with_default_dir(str(cfg.autotune.get("config_dir") or "rlexp_conf"))
@@ -86,7 +88,7 @@ def autotune(cfg: DictConfig) -> float:
     log.info(f"autotune {agent}+{env_name}: {budget.trials} trials x {seeds} of {budget.trial_steps:,} steps "
              f"({budget.budget:g} x run.max_steps={budget.max_steps:,}), evaluated every {budget.eval_interval:,} "
              f"steps, successive halving; search space sweep/{space}.yaml; study {sweep_dir}")
-    run(study_command(config_dir, agent, space, overrides, budget, study, sweep_dir))
+    run(study_command(config_dir, agent, space, overrides, budget, study, sweep_dir, baseline))
     best, preset, results = best_trial(sweep_dir)
     picked = groups(preset)  # model=/buffer=: on the command line, where a tuned preset can't choose them
     values = tuned_values(cfg, agent, overrides, preset, picked, budget)
@@ -266,16 +268,38 @@ def env_preset(cfg: DictConfig, env_overrides: list[str]) -> tuple[str, str | No
 
 
 # ----- the study ------------------------------------------------------------------------------------------
+def baseline_values(trial_cfg: DictConfig, keys: set[str]) -> dict[str, Any]:
+    """The values the pair trains with untuned (its fallback's, or its tuned preset's, under the command line's)
+    for the searched keys: the study's first trial, so that its best is never a trial the study scored below them."""
+    values = {}
+    for key in sorted(keys):
+        value = OmegaConf.select(trial_cfg, key, default=None)
+        if isinstance(value, (bool, int, float, str)):
+            values[key] = value
+    return values
+
+
+def hydra_dict(values: dict[str, Any]) -> str:
+    """`{key:value,...}` in Hydra's override grammar."""
+    def shown(value: Any) -> str:
+        return str(value).lower() if isinstance(value, bool) else repr(value) if isinstance(value, float) else \
+            f"'{value}'" if isinstance(value, str) else str(value)
+
+    return "{" + ",".join(f"{key}:{shown(value)}" for key, value in values.items()) + "}"
+
+
 def study_command(config_dir: str, agent: str, space: str, overrides: Overrides, budget: Budget, study: str,
-                  sweep_dir: Path) -> list[str]:
-    """`python -m rlexp --multirun +sweep=<space> ...`: successive halving and the sampler's start first (the
-    user's hydra.sweeper.* win over them), the user's overrides, then the budget's values."""
+                  sweep_dir: Path, baseline: dict[str, Any] | None = None) -> list[str]:
+    """`python -m rlexp --multirun +sweep=<space> ...`: successive halving, the sampler's start and the first
+    trial's baseline values first (the user's hydra.sweeper.* win over them), the user's overrides, then the
+    budget's values."""
     sampler = [] if any(o.startswith("hydra/sweeper/sampler") for o in overrides.study) else [
         f"hydra.sweeper.sampler.n_startup_trials={budget.warmup}"]
+    first = [f"hydra.sweeper.baseline={hydra_dict(baseline)}"] if baseline else []
     return [sys.executable, "-m", "rlexp", "--multirun", "--config-dir", config_dir, f"+sweep={space}",
             f"agent={agent}", f"env={choices()['env']}", "hydra.sweeper.pruner=halving",
             f"hydra.sweeper.warmup_steps={budget.eval_interval}", f"hydra.sweeper.warmup_trials={budget.warmup}",
-            *sampler, *overrides.study, *overrides.shared,
+            *sampler, *first, *overrides.study, *overrides.shared,
             f"run.max_steps={budget.trial_steps}", f"run.eval_interval={budget.eval_interval}",
             f"run.eval_episodes={budget.eval_episodes}", f"hydra.sweeper.n_trials={budget.trials}",
             f"hydra.sweeper.seeds_per_trial={budget.seeds}", f"hydra.sweeper.study_name={study}",
