@@ -85,7 +85,7 @@ class RlexpSweeperConf:
     max_failure_rate: Any = 0.5          # stop the sweep when more trials than this fraction fail
     params: Any = None                   # search space in YAML (key: "interval(1e-5,1e-2)"), as on the command line
     baseline: Any = None                 # {key: value}: a new study's first trial trains these values of the searched
-                                         # keys (e.g. those the run would take untuned); values outside the space are sampled
+                                         # keys (e.g. those the run takes untuned), those outside the space as fixed values
     pruner: Any = "median"               # median | none
     warmup_trials: Any = 5               # finished trials before any pruning
     warmup_steps: Any = 0                # env steps a trial runs before it can be pruned
