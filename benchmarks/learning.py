@@ -215,21 +215,23 @@ def record(rows: list[dict]) -> None:
 
 
 def parity_lines(rows: list[dict]) -> list[str]:
-    """For each PARITY pair with rows: the float32 seeds' range and whether the bfloat16 mean lies inside it (with
-    one precision's rows only, those)."""
+    """For each PARITY pair with rows: with 3 or more seeds a side, the float32 seeds' range and whether the bfloat16
+    mean lies inside it; with fewer, each side's values."""
     lines = []
     for name in PARITY:
         fp32, bf16 = ([r for r in rows if r["case"] == f"{name}-{p}" and "eval_mean" in r] for p in PRECISIONS)
-        if fp32 and bf16:
+        if len(fp32) >= 3 and len(bf16) >= 3:
             low, high = min(r["eval_mean"] for r in fp32), max(r["eval_mean"] for r in fp32)
             mean32, mean16 = (sum(r["eval_mean"] for r in x) / len(x) for x in (fp32, bf16))
             inside = "inside" if low <= mean16 <= high else "OUTSIDE"
             lines.append(f"- {name}: float32 seeds {low:.1f} to {high:.1f} (mean {mean32:.1f}, {len(fp32)} seeds); "
                          f"bfloat16 mean {mean16:.1f} ({len(bf16)} seeds): {inside} the float32 spread")
         elif fp32 or bf16:
-            have, other = ("float32", "bfloat16") if fp32 else ("bfloat16", "float32")
-            lines.append(f"- {name}: {have} " + " / ".join(f"{r['eval_mean']:.1f}" for r in fp32 or bf16)
-                         + f" (seeds {', '.join(str(r['seed']) for r in fp32 or bf16)}); no {other} rows")
+            sides = [f"{label} " + (" / ".join(f"{r['eval_mean']:.1f}" for r in side) +
+                                    f" (seed{'s' if len(side) > 1 else ''} {', '.join(str(r['seed']) for r in side)})"
+                                    if side else "no rows")
+                     for label, side in (("float32", fp32), ("bfloat16", bf16))]
+            lines.append(f"- {name}: {'; '.join(sides)}; fewer than 3 seeds a side: no verdict yet")
     return lines
 
 
