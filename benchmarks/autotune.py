@@ -83,7 +83,7 @@ def fallback_evals(case: str, seeds: list[int]) -> list[float]:
 
 def measure(name: str, seeds: list[int]) -> dict:
     case, zoo = PAIRS[name]
-    args = [a for a in CASES[case][0] if a != "run.target_reward=null"]
+    args = [a for a in CASES[case][0] if a != "run.target_reward=null"]  # null already: the command as a user types it
     cwd = WORK / name
     shutil.rmtree(cwd, ignore_errors=True)
     stdout, wall = rlexp(cwd / "tuned", "mode=autotune", *args, f"seed={seeds[0]}")
