@@ -20,7 +20,6 @@ import sys
 import time
 from pathlib import Path
 
-import pandas as pd
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
@@ -33,6 +32,8 @@ PAIRS = {  # name: (learning case of the fallback at the same budget, RL Zoo's s
     "a2c-lunarlander": ("fallback-a2c-lunarlander", 155.8),
     "a2c-acrobot": ("fallback-a2c-acrobot", -83.4),
     "dqn-mountaincar": ("fallback-dqn-mountaincar", -100.8),
+    "a2c-mountaincar": ("fallback-a2c-mountaincar", -111.263),
+    "a2c-mountaincarcontinuous": ("fallback-a2c-mountaincarcontinuous", 91.166),
 }
 
 
@@ -50,16 +51,6 @@ def final_eval(stdout: str) -> float:
     """The final evaluation of the last training run the output names."""
     run_dir = Path(re.findall(r"\| run dir: (\S+)", stdout)[-1])
     return json.loads((run_dir / "summary.json").read_text())["final_eval"]["mean_return"]
-
-
-def study_steps(study: Path) -> int:
-    """Env steps the study's trials trained, every seed: a finished one's total, a pruned one's last episode."""
-    steps = 0
-    for history in study.glob("trial_*/**/history.parquet"):
-        summary = history.parent / "summary.json"
-        steps += (json.loads(summary.read_text())["steps"] if summary.is_file()
-                  else int(pd.read_parquet(history)["step"].max()))
-    return steps
 
 
 def reproduce_command(stdout: str, seed: int) -> list[str]:
@@ -92,7 +83,7 @@ def measure(name: str, seeds: list[int]) -> dict:
     tuned = [final_eval(stdout)] + [final_eval(rlexp(cwd / "tuned", *reproduce_command(stdout, seed))[0])
                                     for seed in seeds[1:]]
     budget = float(next(a for a in args if a.startswith("run.max_steps=")).split("=")[1])
-    return dict(pair=name, budget=int(budget), wall_s=round(wall, 1), study_steps=study_steps(study),
+    return dict(pair=name, budget=int(budget), wall_s=round(wall, 1), study_steps=results["env_steps"],
                 trials=results["trials"], best_trial=results["best_trial"], seeds=seeds, tuned=tuned,
                 fallback=fallback_evals(case, seeds), zoo=zoo, command=" ".join(["mode=autotune", *args]))
 
@@ -104,17 +95,19 @@ def scores(values: list[float]) -> str:
 
 def markdown(rows: list[dict]) -> str:
     lines = ["`python -m rlexp <command> seed=<first seed>` with autotune's defaults (budget 1.0 x run.max_steps, "
-             "10 trials x 2 seeds, successive halving on 5 evaluations of 5 episodes): wall time of the whole command "
-             "(the study and the training with the tuned preset), the study's env steps and trials; then the mean "
+             "at most 10 trials x 2 seeds, successive halving at 3 lengths L, 3L, 9L, evaluations of 5 episodes with "
+             "actions drawn from the policy): wall time of the whole command (the study and the training with the "
+             "tuned preset), the study's env steps, its trials and the best (trial 0: the untuned values); then the mean "
              "(and each seed's) final evaluation, 20 episodes, of the training with the tuned preset (the command "
              "autotune printed, on each seed), of the fallback preset at the same budget and seeds (learning.md's "
              "`fallback-*` rows) and RL Zoo's score.", "",
-             "| pair | command | autotune wall s | study env steps | trials | seeds | tuned | fallback | RL Zoo |",
-             "|---|---|---:|---:|---|---|---|---|---:|"]
+             "| pair | command | autotune wall s | study env steps | trials | best | seeds | tuned | fallback | RL Zoo |",
+             "|---|---|---:|---:|---|---:|---|---|---|---:|"]
     for r in rows:
         trials = ", ".join(f"{n} {state.lower()}" for state, n in r["trials"].items())
         lines.append(f"| {r['pair']} | `{r['command']}` | {r['wall_s']:,.0f} | {r['study_steps']:,} "
-                     f"({r['study_steps'] / r['budget']:.2f}x) | {trials} | {', '.join(map(str, r['seeds']))} | "
+                     f"({r['study_steps'] / r['budget']:.2f}x) | {trials} | {r['best_trial']} | "
+                     f"{', '.join(map(str, r['seeds']))} | "
                      f"{scores(r['tuned'])} | {scores(r['fallback'])} | {r['zoo']:.1f} |")
     return "\n".join(lines)
 

@@ -15,8 +15,10 @@ from optuna.trial import TrialState
 
 from rlexp.sweep import make_pruner, search_space
 
-BUDGET = ["run.max_steps=6144", "autotune.trials=3", "autotune.seeds=1", "autotune.evaluations=2",
-          "autotune.eval_episodes=2"]  # 3 trials of 6144 / 3 = 2048 steps, evaluated at 1024 and 2048
+# at most 3 trials in 6,144 env steps, halving at 2 lengths L and 3L: trial 0 trains 3L, each other trial L and a
+# third of them 2L more, so 6,144 = 3L + 2 x 5L/3 gives L = 970 (6,144 x 3 / 19, rounded down) and trials of 2,910
+BUDGET = ["run.max_steps=6144", "autotune.trials=3", "autotune.seeds=1", "autotune.rungs=2",
+          "autotune.eval_episodes=2"]
 TUNED = "tuned/ppo_CartPole-v1.yaml"
 
 
@@ -70,10 +72,17 @@ def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_wit
     assert preset["run"] == {"max_steps": 6144, "target_reward": None}  # the pair's budget, not a trial's
 
     trials = optuna.load_study(study_name=study.name, storage=f"sqlite:///{study}/optuna.db").get_trials()
-    assert len(trials) == 3
-    for trial in trials:  # budget x run.max_steps split over the trials, evaluated as autotune.evaluations says
+    for trial in trials:  # evaluated at the first rung's length, with actions drawn from the policy
         run = saved(study / f"trial_{trial.number}")["run"]
-        assert (run["max_steps"], run["eval_interval"], run["eval_episodes"]) == (2048, 1024, 2)
+        assert (run["max_steps"], run["eval_interval"], run["eval_episodes"]) == (2910, 970, 2)
+        assert run["eval_deterministic"] is False
+    # trial 0 ends on whole rollouts of 8 envs x 64 steps: 6 of them, 3,072 steps; trial 1 trains at least to its
+    # first evaluation (1,024), which leaves less than one more trial's 2,910 of the 6,144: the study stops at 2
+    assert [t.user_attrs["env_steps"] for t in trials][0] == 3072 and len(trials) == 2
+    assert 1024 <= trials[1].user_attrs["env_steps"] <= 3072
+    assert "the study's env-step budget is spent" in result.stdout
+    results = yaml.safe_load((study / "optimization_results.yaml").read_text())
+    assert results["env_steps"] == sum(t.user_attrs["env_steps"] for t in trials) <= 6144
     # trial 0 trains the values the pair takes untuned: the PPO discrete fallback's lr 3e-4, clip 0.2 and entropy
     # coefficient 0 (outside the space's log interval: a fixed value, not an Optuna parameter); the rest sample
     zero, *rest = sorted(trials, key=lambda t: t.number)
@@ -121,17 +130,21 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
         "config dir": (["--config-dir", "conf"], f"--config-dir conf: {tmp_path / 'config dir/conf/tuned'} is a file"),
         "budget": (["autotune.budget=0"], "autotune.budget=0 must be a number > 0"),
         "trials": (["autotune.trials=2.5"], "autotune.trials=2.5 must be an integer"),
-        "too small": (["run.max_steps=20", "autotune.trials=4"], "leaves 2 env steps a trial, fewer than "
-                      "autotune.evaluations=5; raise autotune.budget or run.max_steps"),
+        # 4 trials x 2 seeds at 3 lengths: 2 x (9 + 3 x 7/3) = 32 first-rung lengths in 20 steps
+        "too small": (["run.max_steps=20", "autotune.trials=4"], "autotune.rungs=3 leaves trials no env steps; "
+                      "raise autotune.budget or run.max_steps"),
+        "eval actions": (["autotune.eval_deterministic=maybe"], "autotune.eval_deterministic='maybe' must be auto, "
+                         "true or false"),
         "generic": (["env=generic", "env.id=pendulum"], "env/pendulum.yaml is one of rlexp's env presets; run it "
                     "as env=pendulum"),
         "sweeper setting": (["hydra.sweeper.pruner=foo"], "hydra.sweeper.pruner=foo is unknown"),
         "bad value": (["agent.lr=abc"], "agent.lr='abc' must be"),
         "env id": (["env=generic", "env.id=NoSuchEnv-v0"], "NoSuchEnv-v0"),
         "tuned": (["tuned=ppo_cartpole"], "mode=autotune writes the pair's tuned preset itself"),
-        # TD3 Pendulum: 20,000 steps over 10 x 2 trials, 1,000 each, all random warm-up (10,000 random steps)
-        "warm-up": (["agent=td3", "env=pendulum"], "trials of 1,000 env steps (1 x run.max_steps=20,000 over 10 "
-                    "trials x 2 seeds) never get past buffer.initial_size=10,000 random steps"),
+        # TD3 Pendulum: 20,000 steps for 10 trials x 2 seeds at 3 lengths, 2 x (9 + 9 x 7/3) = 60 first-rung
+        # lengths of 333 steps: trials of up to 2,997, all random warm-up (10,000 random steps)
+        "warm-up": (["agent=td3", "env=pendulum"], "trials of up to 2,997 env steps (1 x run.max_steps=20,000 over "
+                    "10 trials x 2 seeds, 3 rungs) never get past buffer.initial_size=10,000 random steps"),
         # +sweep=td3 sets run.max_steps=5e4 (a plain sweep's trial length): the budget stays the pair's 20,000
         "sweep budget": (["agent=td3", "env=pendulum", "+sweep=td3"], "(1 x run.max_steps=20,000 over 10 trials"),
     }
@@ -186,6 +199,25 @@ def test_successive_halving_prunes_a_trial_behind_at_a_rung_once_the_warmup_tria
     assert pruned(s, 5.0, 100)  # at the rung, behind the only other trial: not in the top third
     assert not pruned(s, 20.0, 100)  # ahead of both
     assert not pruned(study(warmup_trials=2), 5.0, 100)  # one finished trial is not yet enough to decide
+
+
+@pytest.mark.parametrize("settings,max_steps,lengths", [
+    # the defaults on A2C LunarLander's 200,000: 2 seeds x (9 + 9 x 7/3) = 60 first-rung lengths of 3,333
+    ({}, 200_000, (3_333, 29_997)),
+    # without halving (1 rung): the budget split evenly, 100,000 / (5 trials x 1 seed)
+    ({"rungs": 1, "trials": 5, "seeds": 1}, 50_000, (10_000, 10_000)),
+    # 4 rungs, 2 trials, budget 2: 27 + 1 x (1 + 3 x 2/3) = 30 lengths of 2 x 90,000 / 30 = 6,000
+    ({"rungs": 4, "trials": 2, "seeds": 1, "budget": 2}, 90_000, (6_000, 162_000)),
+])
+def test_the_budget_sets_the_first_rung_so_that_the_expected_study_fits(settings, max_steps, lengths):
+    from omegaconf import OmegaConf
+
+    from rlexp.commands.autotune import check_budget
+
+    defaults = OmegaConf.load(Path(__file__).parents[1] / "conf" / "config.yaml").autotune
+    budget = check_budget(OmegaConf.create({"autotune": {**defaults, **settings}}), max_steps)
+    assert (budget.eval_interval, budget.trial_steps) == lengths
+    assert budget.env_steps == int(settings.get("budget", 1) * max_steps) and budget.eval_deterministic is False
 
 
 @pytest.mark.parametrize("agent,env", [("a2c", "pendulum"), ("trpo", "pendulum"), ("td3", "pendulum"),

@@ -346,9 +346,11 @@ def test_sweep_presets_compose_and_parse(preset, agent):
     ("hydra.sweeper.params=5", "hydra.sweeper.params=5: use a mapping of keys to sweeps"),
     ("+hydra.sweeper.sampler.foo=1", "hydra.sweeper.sampler (optuna.samplers.TPESampler): TypeError"),
     ("hydra.launcher.start_method=fork", "hydra.launcher.start_method=fork: use forkserver or spawn"),
+    ("hydra.sweeper.max_env_steps=100", "hydra.sweeper.max_env_steps=100: one trial trains up to 1,000 env steps "
+     "(run.max_steps x seeds_per_trial); raise it or shorten the trials"),
 ])
 def test_a_wrong_sweeper_setting_is_one_line_before_anything_is_written(tmp_path, override, message):
-    assert_refused(tmp_path, ["agent.lr=1e-3,3e-3", override], message)
+    assert_refused(tmp_path, ["agent.lr=1e-3,3e-3", "run.max_steps=1000", override], message)
 
 
 @pytest.mark.parametrize("overrides,message", [
@@ -376,7 +378,7 @@ SETTINGS = dict(sampler={"_target_": "optuna.samplers.RandomSampler", "seed": 0}
                 directions=None, objective="final_eval", last_evals=3, seeds_per_trial=1, aggregate="mean",
                 confirm=None, storage=None, study_name="s", n_trials=2, n_jobs=2, max_failure_rate=0.5, params=None,
                 pruner="median", warmup_trials=5, warmup_steps=0, reports=10, heartbeat_interval=10, grace_period=60,
-                baseline=None)
+                baseline=None, max_env_steps=None)
 
 
 @pytest.mark.parametrize("key,value,message", [
@@ -404,6 +406,8 @@ SETTINGS = dict(sampler={"_target_": "optuna.samplers.RandomSampler", "seed": 0}
     ("sampler", {"_target_": "optuna.samplers.NSGAIISampler", "population_size": 1}, "population_size=1: use a whole"),
     ("sampler", {"_target_": "optuna.samplers.QMCSampler", "qmc_type": "xx"}, "ValueError: The `qmc_type='xx'`"),
     ("baseline", 5, "baseline=5: use a mapping of searched keys to the values the first trial trains"),
+    ("max_env_steps", 0, "max_env_steps=0: use a whole number of 1 or more"),
+    ("max_env_steps", "lots", "max_env_steps=lots: use a whole number of 1 or more"),
     ("bogus", 1, "hydra.sweeper.bogus is not a setting of rlexp's sweeper; use one of aggregate, baseline, confirm,"),
 ])
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")

@@ -189,7 +189,7 @@ WHOLE = {"n_trials": 1, "n_jobs": 1, "seeds_per_trial": 1, "last_evals": 1, "rep
 CHOICES = {"direction": ("maximize", "minimize"), "objective": OBJECTIVES, "aggregate": ("mean", "iqm"),
            "pruner": ("median", "none", "halving")}
 SETTINGS = (*WHOLE, *CHOICES, "sampler", "directions", "confirm", "storage", "study_name", "max_failure_rate",
-            "params", "baseline")
+            "params", "baseline", "max_env_steps")
 SAMPLER_WHOLE = {"n_startup_trials": 0, "population_size": 2}
 SAMPLERS = "hydra/sweeper/sampler=tpe|random|cmaes|nsgaii|qmc"
 
@@ -224,6 +224,8 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         if s.get(key) not in options:
             raise SweepError(f"hydra.sweeper.{key}={_shown(s.get(key))} is unknown; use {' | '.join(options)}")
     s["max_failure_rate"] = check_rate(s.get("max_failure_rate"))
+    if s.get("max_env_steps") is not None:
+        s["max_env_steps"] = whole_number("max_env_steps", s["max_env_steps"], 1)
     s["directions"] = check_directions(s.get("directions"))
     s["confirm"] = check_confirm(s.get("confirm"))
     s["study_name"] = check_names(s.get("storage"), s.get("study_name"))
@@ -255,6 +257,7 @@ def baseline_params(baseline: Mapping[str, Any], distributions: Mapping[str, Bas
 
 
 BASELINE_ATTR = "baseline_values"  # a baseline trial's values outside the search space (not Optuna parameters)
+STEPS_ATTR = "env_steps"  # the env steps a trial trained, all its seeds (hydra.sweeper.max_env_steps counts them)
 
 
 def params_of(trial: optuna.trial.FrozenTrial | optuna.trial.Trial) -> dict[str, Any]:
@@ -373,7 +376,9 @@ class PruningReporter(Tracker):
         if pruned:
             message = f"pruned at step {mark:,} (score {score:.4g})"
             log.info(message)
-            raise optuna.TrialPruned(message)
+            error = optuna.TrialPruned(message)
+            error.steps = step  # the env steps it trained, for the study's step budget
+            raise error
 
 
 def trial_reporter(max_steps: int, on_eval: bool) -> PruningReporter | None:
@@ -440,6 +445,15 @@ class Heartbeat:
         if self.enabled:
             self.stop.set()
             self.thread.join()
+
+
+def trained_steps(ret: Any) -> int:
+    """The env steps one job of a trial trained: a finished one's, a pruned one's at its pruning, else 0."""
+    if isinstance(ret, BaseException):
+        return 0
+    if ret.status.name == "COMPLETED":
+        return int(ret.return_value.get("steps", 0)) if isinstance(ret.return_value, dict) else 0
+    return int(getattr(ret._return_value, "steps", 0))
 
 
 def one_line(error: BaseException) -> str:
@@ -591,6 +605,11 @@ class OptunaSweep:
         self.check_space(distributions, is_grid)
         self.check_evaluations(distributions, fixed)
         self.check_choices(distributions, fixed)
+        cap = self.s.get("max_env_steps")
+        trial_steps = self.trial_steps(fixed, distributions) if cap else 0
+        if cap and trial_steps > cap:
+            raise SweepError(f"hydra.sweeper.max_env_steps={cap}: one trial trains up to {trial_steps:,} env steps "
+                             "(run.max_steps x seeds_per_trial); raise it or shorten the trials")
         study = self.open_study(distributions)
         n_trials = int(self.s["n_trials"])
         queue: list[dict[str, Any]] = []
@@ -617,6 +636,14 @@ class OptunaSweep:
                  "trial (each trial's log: trial_<n>/)")
         while finished < n_trials:
             batch = min(per_batch, n_trials - finished)
+            if cap:
+                spent = sum(t.user_attrs.get(STEPS_ATTR, 0) for t in study.get_trials(deepcopy=False))
+                batch = min(batch, (cap - spent) // trial_steps)
+                if batch < 1:
+                    log.info(f"the study's env-step budget is spent: {spent:,} of hydra.sweeper.max_env_steps="
+                             f"{cap:,} after {finished} trial(s) of this command; one more could train "
+                             f"{trial_steps:,}")
+                    break
             for params in queue[finished:finished + batch]:
                 study.enqueue_trial(params)
             trials = [study.ask() for _ in range(batch)]
@@ -691,6 +718,20 @@ class OptunaSweep:
                 f"hydra.sweep.dir='{self.sweep_dir}'", f"hydra.sweep.subdir={subdir}",
                 f"++hydra.job.env_set.{TRIAL_ENV}='{json.dumps(spec)}'"]
 
+    def trial_steps(self, fixed: Mapping[str, str], distributions: Mapping[str, BaseDistribution]) -> int:
+        """The env steps one trial may train on all its seeds (its run.max_steps x seeds_per_trial), for
+        max_env_steps: run.max_steps must be one value for every trial."""
+        if any(k.lstrip("+~") == "run.max_steps" for k in distributions):
+            raise SweepError("hydra.sweeper.max_env_steps budgets trials of one length: drop the sweep over "
+                             "run.max_steps or hydra.sweeper.max_env_steps")
+        value = next((v for k, v in fixed.items() if k.lstrip("+~") == "run.max_steps"), None)
+        value = OmegaConf.select(self.config, "run.max_steps", default=None) if value is None else value
+        try:
+            return int(float(value)) * self.n_seeds
+        except (TypeError, ValueError):
+            raise SweepError(f"hydra.sweeper.max_env_steps needs a number of run.max_steps, not {_shown(value)}") \
+                from None
+
     def outcome(self, ret: Any) -> tuple[TrialState, dict[str, float] | None, str | None]:
         """How one job ended: (state, its metrics, its one-line error)."""
         if isinstance(ret, BaseException):
@@ -713,6 +754,7 @@ class OptunaSweep:
     def record(self, study: optuna.Study, trial: optuna.trial.Trial, returns: list[Any], seconds: float) -> int:
         """Tell the study how the trial (all its seeds) ended and print its line; returns 1 for a failure."""
         outcomes = [self.outcome(ret) for ret in returns]
+        trial.set_user_attr(STEPS_ATTR, sum(trained_steps(ret) for ret in returns))
         states = [state for state, _, _ in outcomes]
         errors = [error for _, _, error in outcomes if error]
         values: list[float] | None = None
@@ -823,7 +865,8 @@ class OptunaSweep:
         self.sweep_dir.mkdir(parents=True, exist_ok=True)
         results: dict[str, Any] = {"name": "optuna", "study_name": study.study_name, "storage": self.storage_url,
                                    "objective": self.objective, "directions": self.directions,
-                                   "seeds_per_trial": self.n_seeds, "trials": counts}
+                                   "seeds_per_trial": self.n_seeds, "trials": counts,
+                                   "env_steps": sum(t.user_attrs.get(STEPS_ATTR, 0) for t in trials)}
         best, confirmed = None, []
         if complete and self.multi:
             front = sorted(study.best_trials, key=lambda t: t.values[0], reverse=self.directions[0] == "maximize")

@@ -86,7 +86,9 @@ class RlexpSweeperConf:
     params: Any = None                   # search space in YAML (key: "interval(1e-5,1e-2)"), as on the command line
     baseline: Any = None                 # {key: value}: a new study's first trial trains these values of the searched
                                          # keys (e.g. those the run takes untuned), those outside the space as fixed values
-    pruner: Any = "median"               # median | none
+    max_env_steps: Any = None            # the study's env steps, all trials and seeds: no trial starts that could
+                                         # pass it (trials' run.max_steps x seeds_per_trial against what they trained)
+    pruner: Any = "median"               # median | halving | none
     warmup_trials: Any = 5               # finished trials before any pruning
     warmup_steps: Any = 0                # env steps a trial runs before it can be pruned
     reports: Any = 10                    # mean-return reports per trial (evenly spaced over run.max_steps)

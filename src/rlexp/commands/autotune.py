@@ -1,7 +1,8 @@
 """mode=autotune: from an agent+env pair to its tuned preset in one command. A budgeted Optuna study with rlexp's
-sweeper (`--multirun +sweep=<agent>`: successive halving on evaluations during each trial, each trial on several
-seeds), then the best trial's values as tuned/<agent>_<env>.yaml in the user's config dir (with env=generic also
-env/<env.id>.yaml), then a normal training run with it and the command that reproduces that run."""
+sweeper (`--multirun +sweep=<agent>`: within a step budget, successive halving giving the trials that lead at
+short lengths longer ones, each trial on several seeds), then the best trial's values as
+tuned/<agent>_<env>.yaml in the user's config dir (with env=generic also env/<env.id>.yaml), then a normal
+training run with it and the command that reproduces that run."""
 from __future__ import annotations
 
 import logging
@@ -19,7 +20,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from rlexp.checks import _number
+from rlexp.checks import _number, _one_of
 from rlexp.commands.init import check_writable
 from rlexp.errors import UserError
 from rlexp.fallback import hydra_preset, preset_exists
@@ -29,26 +30,43 @@ from rlexp.rundirs import GENERIC_ENV, absolute, choices, env_display_name, in_s
 log = logging.getLogger("rlexp")
 SECTIONS = ("agent", "env", "model", "buffer")  # the hyperparameters a tuned preset holds, with run's budget
 HYPERPARAMETERS = ("agent.", "env.", "model.", "buffer.", "run.max_steps", "run.target_reward")
-FINAL_ONLY = ("run_dir", "run.eval_interval", "run.eval_episodes", "run.keep_checkpoints")  # the study sets its own
+FINAL_ONLY = ("run_dir", "run.eval_interval", "run.eval_episodes", "run.eval_deterministic",
+              "run.keep_checkpoints")  # the study sets its own
 
 
 @dataclass
 class Budget:
-    """The study's size: `trials` trials of `trial_steps` env steps on each of `seeds` seeds, evaluated every
-    `eval_interval` steps on `eval_episodes` episodes; `max_steps` is the pair's training budget."""
+    """The study's size: at most `trials` trials on `seeds` seeds each, within `budget` x `max_steps` env steps
+    in all. Successive halving compares trials at `rungs` lengths, `eval_interval` x 1, 3, 9, ... env steps up
+    to `trial_steps`, each an evaluation of `eval_episodes` episodes (greedy or sampled actions:
+    `eval_deterministic`, as run.eval_deterministic); a third of a rung's trials go on to the next."""
 
     budget: float
     max_steps: int
     trials: int
     seeds: int
+    rungs: int
     trial_steps: int
     eval_interval: int
     eval_episodes: int
+    eval_deterministic: bool | str = False
+
+    @property
+    def env_steps(self) -> int:
+        """The study's env steps, all trials and seeds together (hydra.sweeper.max_env_steps)."""
+        return int(self.budget * self.max_steps)
 
     @property
     def warmup(self) -> int:
-        """Trials before the pruner decides and the sampler models (RL Zoo's 5, fewer in a small study)."""
+        """Trials before the sampler models (RL Zoo's 5, fewer in a small study)."""
         return min(5, max(1, self.trials // 3))
+
+
+def first_rungs(trials: int, rungs: int) -> float:
+    """The env steps a study of `trials` trials is expected to train on one seed, in first-rung lengths: trial 0
+    (the baseline, alone at every rung) trains all 3^(rungs-1) of them; each other trial trains the first, and
+    the third of them that goes on trains the next rung's 2/3 of its length (the ninth the one after: 2/3 again)."""
+    return 3 ** (rungs - 1) + (trials - 1) * (1 + 2 * (rungs - 1) / 3)
 
 
 @dataclass
@@ -85,9 +103,10 @@ def autotune(cfg: DictConfig) -> float:
     study = f"autotune_{agent}_{env_name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     sweep_dir = original_cwd() / "multirun" / study
     seeds = f"{budget.seeds} seed{'s' if budget.seeds > 1 else ''}"
-    log.info(f"autotune {agent}+{env_name}: {budget.trials} trials x {seeds} of {budget.trial_steps:,} steps "
-             f"({budget.budget:g} x run.max_steps={budget.max_steps:,}), evaluated every {budget.eval_interval:,} "
-             f"steps, successive halving; search space sweep/{space}.yaml; study {sweep_dir}")
+    rungs = ", ".join(f"{budget.eval_interval * 3 ** i:,}" for i in range(budget.rungs))
+    log.info(f"autotune {agent}+{env_name}: up to {budget.trials} trials x {seeds} within {budget.env_steps:,} env "
+             f"steps ({budget.budget:g} x run.max_steps={budget.max_steps:,}), successive halving at {rungs} steps "
+             f"(evaluated every {budget.eval_interval:,}); search space sweep/{space}.yaml; study {sweep_dir}")
     run(study_command(config_dir, agent, space, overrides, budget, study, sweep_dir, baseline))
     best, preset, results = best_trial(sweep_dir)
     picked = groups(preset)  # model=/buffer=: on the command line, where a tuned preset can't choose them
@@ -178,29 +197,35 @@ def check_trials_learn(trial_cfg: DictConfig, budget: Budget, space: str, overri
     initial = OmegaConf.select(trial_cfg, "buffer.initial_size", default=None)
     if initial is None or budget.trial_steps > int(initial) or "buffer.initial_size" in searched_keys(space, overrides):
         return
-    raise UserError(f"mode=autotune: trials of {budget.trial_steps:,} env steps ({budget.budget:g} x run.max_steps="
-                    f"{budget.max_steps:,} over {budget.trials} trials x {budget.seeds} seeds) never get past "
+    raise UserError(f"mode=autotune: trials of up to {budget.trial_steps:,} env steps ({budget.budget:g} x "
+                    f"run.max_steps={budget.max_steps:,} over {budget.trials} trials x {budget.seeds} seeds, "
+                    f"{budget.rungs} rungs) never get past "
                     f"buffer.initial_size={int(initial):,} random steps; raise autotune.budget or run.max_steps, "
                     "lower autotune.trials, or set a smaller buffer.initial_size")
 
 
 def check_budget(cfg: DictConfig, max_steps: int) -> Budget:
-    """autotune.* checked, and the trial length derived from them: budget x max_steps env steps in all."""
+    """autotune.* checked, and the trials' lengths derived from them: budget x max_steps env steps in all."""
     section = cfg.get("autotune")
     if not isinstance(section, DictConfig):
         raise UserError(f"autotune={section!r}: autotune is a section of settings; set its keys instead, e.g. "
                         "autotune.trials=10")
     budget = _number("autotune.budget", section.get("budget"), above=0)
-    trials, seeds, evaluations, episodes = (
+    trials, seeds, rungs, episodes = (
         int(_number(f"autotune.{key}", section.get(key), minimum=1, integer=True))
-        for key in ("trials", "seeds", "evaluations", "eval_episodes"))
-    trial_steps = int(budget * max_steps) // (trials * seeds)
-    if trial_steps < evaluations:
+        for key in ("trials", "seeds", "rungs", "eval_episodes"))
+    deterministic = section.get("eval_deterministic")
+    if not _one_of(deterministic, ("auto", True, False)):
+        raise UserError(f"autotune.eval_deterministic={deterministic!r} must be auto, true or false (as "
+                        "run.eval_deterministic; false: the trials' evaluations draw actions from the policy)")
+    first_rung = int(budget * max_steps / (seeds * first_rungs(trials, rungs)))
+    if first_rung < 1:
         raise UserError(f"autotune.budget={budget:g}: {budget:g} x run.max_steps={max_steps:,} over autotune.trials="
-                        f"{trials} x autotune.seeds={seeds} leaves {trial_steps:,} env steps a trial, fewer than "
-                        f"autotune.evaluations={evaluations}; raise autotune.budget or run.max_steps, or lower "
-                        "autotune.trials or autotune.seeds")
-    return Budget(budget, max_steps, trials, seeds, trial_steps, trial_steps // evaluations, episodes)
+                        f"{trials} x autotune.seeds={seeds} with autotune.rungs={rungs} leaves trials no env steps; "
+                        "raise autotune.budget or run.max_steps, or lower autotune.trials, autotune.seeds or "
+                        "autotune.rungs")
+    return Budget(budget, max_steps, trials, seeds, rungs, first_rung * 3 ** (rungs - 1), first_rung, episodes,
+                  deterministic)
 
 
 def check_space(agent: str, space: str | None) -> str:
@@ -290,18 +315,20 @@ def hydra_dict(values: dict[str, Any]) -> str:
 
 def study_command(config_dir: str, agent: str, space: str, overrides: Overrides, budget: Budget, study: str,
                   sweep_dir: Path, baseline: dict[str, Any] | None = None) -> list[str]:
-    """`python -m rlexp --multirun +sweep=<space> ...`: successive halving, the sampler's start and the first
-    trial's baseline values first (the user's hydra.sweeper.* win over them), the user's overrides, then the
+    """`python -m rlexp --multirun +sweep=<space> ...`: successive halving from the first rung once trial 0 (alone
+    at every rung) finished, the step budget, the sampler's start and the first trial's baseline values first (the user's hydra.sweeper.* win over them), the user's overrides, then the
     budget's values."""
     sampler = [] if any(o.startswith("hydra/sweeper/sampler") for o in overrides.study) else [
         f"hydra.sweeper.sampler.n_startup_trials={budget.warmup}"]
     first = [f"hydra.sweeper.baseline={hydra_dict(baseline)}"] if baseline else []
     return [sys.executable, "-m", "rlexp", "--multirun", "--config-dir", config_dir, f"+sweep={space}",
             f"agent={agent}", f"env={choices()['env']}", "hydra.sweeper.pruner=halving",
-            f"hydra.sweeper.warmup_steps={budget.eval_interval}", f"hydra.sweeper.warmup_trials={budget.warmup}",
+            f"hydra.sweeper.warmup_steps={budget.eval_interval}", "hydra.sweeper.warmup_trials=1",
+            f"hydra.sweeper.max_env_steps={budget.env_steps}",
             *sampler, *first, *overrides.study, *overrides.shared,
             f"run.max_steps={budget.trial_steps}", f"run.eval_interval={budget.eval_interval}",
-            f"run.eval_episodes={budget.eval_episodes}", f"hydra.sweeper.n_trials={budget.trials}",
+            f"run.eval_episodes={budget.eval_episodes}",
+            f"run.eval_deterministic={str(budget.eval_deterministic).lower()}", f"hydra.sweeper.n_trials={budget.trials}",
             f"hydra.sweeper.seeds_per_trial={budget.seeds}", f"hydra.sweeper.study_name={study}",
             f"hydra.sweep.dir='{sweep_dir}'"]
 
@@ -383,7 +410,8 @@ def tuned_header(cfg: DictConfig, study: str, sweep_dir: Path, budget: Budget, b
     return (f"# @package _global_\n"
             f"# {agent} on {cfg.env.id}, written by `python -m rlexp mode=autotune` on {date}\n"
             f"# study {study} ({sweep_dir}):\n"
-            f"#   {budget.trials} trials ({counts}) x {seeds} of {budget.trial_steps:,} steps; best: trial {best}, "
+            f"#   {sum((results.get('trials') or {}).values())} trials ({counts}) x {seeds} of up to "
+            f"{budget.trial_steps:,} steps; best: trial {best}, "
             f"score {results['best_value']:.6g} (the sweeper's objective)\n"
             "# Its values where they differ from the agent, env, model and buffer presets: those of the tuned or\n"
             "# fallback preset it trained over, of the command line and of the search; run.max_steps: the pair's\n"
