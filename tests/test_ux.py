@@ -183,3 +183,14 @@ def test_progress_bar_shows_every_field_on_a_wide_terminal(monkeypatch):
     last = rendered_bar(monkeypatch, 160)[-1]
     assert last.startswith("train ") and "1234567/10000000" in last and "mean -123.45 best 456.78" in last
     assert "steps/s" in last and last.count(":") == 4  # elapsed and remaining time
+
+
+def test_runs_that_picked_the_same_dir_name_in_one_second_each_claim_their_own(tmp_path):
+    """Two runs started in the same second pick the same outputs/<date>/<time>_<agent>_<env> before either has
+    made it; making it is the claim, so the second gets <name>_1 (and a third <name>_2), never the first's dir."""
+    from rlexp.rundirs import claim_run_dir
+
+    picked = tmp_path / "outputs" / "2026-11-25" / "14-10-48_ppo_HalfCheetah-v5"
+    assert [claim_run_dir(picked) for _ in range(3)] == [picked, picked.with_name(picked.name + "_1"),
+                                                         picked.with_name(picked.name + "_2")]
+    assert sorted(p.name for p in picked.parent.iterdir()) == [picked.name, picked.name + "_1", picked.name + "_2"]

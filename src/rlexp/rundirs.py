@@ -168,7 +168,8 @@ def check_resume_overrides(cfg: DictConfig, stored: DictConfig) -> None:
 
 def new_run_dir(cfg: DictConfig) -> Path:
     """A fresh training run's dir: the sweep's trial dir, else run_dir (outputs/<date>/<time>_<agent>_<env>, the env
-    named by `env_display_name`), with a numeric suffix when a run of the same second holds that name. Not made yet."""
+    named by `env_display_name`), with a numeric suffix when a run of the same second holds that name. Not made
+    yet: `claim_run_dir` makes it once training starts."""
     if in_sweep():
         return Path(HydraConfig.get().runtime.output_dir)
     run_dir = absolute(str(cfg.run_dir))
@@ -176,6 +177,22 @@ def new_run_dir(cfg: DictConfig) -> Path:
     while candidate.exists():
         candidate, n = run_dir.with_name(f"{run_dir.name}_{n}"), n + 1
     return candidate
+
+
+def claim_run_dir(run_dir: Path) -> Path:
+    """Make the run dir `new_run_dir` picked and return it; where a run started in the same second made it first
+    (both picked the name before either made it), the next free `<name>_<n>`: the mkdir is the claim, so two
+    runs never share a dir. A sweep's trial dir is its own."""
+    if in_sweep():
+        run_dir.mkdir(parents=True, exist_ok=True)
+        return run_dir
+    candidate, n = run_dir, 1
+    while True:
+        try:
+            candidate.mkdir(parents=True)
+            return candidate
+        except FileExistsError:
+            candidate, n = run_dir.with_name(f"{run_dir.name}_{n}"), n + 1
 
 
 def write_run_config(run_dir: Path, cfg: DictConfig) -> None:

@@ -10,8 +10,8 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
 from rlexp.errors import UserError
-from rlexp.rundirs import (CHECKPOINT, absolute, check_resume_overrides, choices, in_sweep, new_run_dir, run_config,
-                           stored_config, task_overrides, write_run_config)
+from rlexp.rundirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep, new_run_dir,
+                           run_config, stored_config, task_overrides, write_run_config)
 
 log = logging.getLogger("rlexp")
 
@@ -91,7 +91,7 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
 
         remove_leftovers(run_dir, run_dir / "checkpoints", run_dir / "tb")  # half-written files of the killed run
     else:
-        run_dir.mkdir(parents=True, exist_ok=True)
+        run_dir = claim_run_dir(run_dir)
         write_run_config(run_dir, cfg)
     handler = attach_run_log(run_dir)
     try:
