@@ -86,8 +86,9 @@ CASES |= {f"{name}-{short}": ([*args, f"run.mixed_precision={value}"], threshold
           for name, (args, threshold) in PARITY.items() for short, value in PRECISIONS.items()}
 # no tuned preset: the fallback presets (conf/fallbacks/) through env=generic, on the envs they were chosen on
 # (Acrobot, InvertedPendulum) and held out (CartPole, Pendulum, LunarLander; each has a tuned preset env=generic
-# bypasses; MountainCar, MountainCarContinuous, LunarLanderContinuous, Swimmer, HalfCheetah). Budgets are RL Zoo's for the
-# pair (its benchmark.md row), thresholds near its scores. (env id, threshold, {agent: budget})
+# bypasses; MountainCar, MountainCarContinuous, LunarLanderContinuous, Swimmer, HalfCheetah, Walker2d, Hopper).
+# Budgets are RL Zoo's for the pair (its benchmark.md row), thresholds near its scores.
+# (env id, threshold, {agent: budget})
 FALLBACK_CHECKS = {
     "acrobot": ("Acrobot-v1", -100, {"ppo": "1e5", "a2c": "5e5", "dqn": "1e5", "trpo": "1e5"}),
     "invertedpendulum": ("InvertedPendulum-v5", 950, {"ppo": "1e5", "a2c": "2e5", "td3": "1e5", "ddpg": "3e4",
@@ -101,15 +102,20 @@ FALLBACK_CHECKS = {
     "lunarlandercontinuous": ("LunarLanderContinuous-v3", 200, {"ppo": "1e6", "trpo": "2e5"}),
     "swimmer": ("Swimmer-v5", 200, {"ppo": "1e6", "a2c": "1e6", "trpo": "1e6"}),
     "halfcheetah": ("HalfCheetah-v5", 5000, {"ppo": "1e6"}),
+    "walker2d": ("Walker2d-v5", 3000, {"ppo": "1e6"}),
+    "hopper": ("Hopper-v5", 2000, {"ppo": "1e6"}),
 }
 CASES |= {f"fallback-{agent}-{name}": ([f"agent={agent}", "env=generic", f"env.id={env_id}", f"run.max_steps={steps}",
                                         "run.target_reward=null"], threshold)
           for name, (env_id, threshold, budgets) in FALLBACK_CHECKS.items() for agent, steps in budgets.items()}
-# PPO's continuous fallback at gamma 0.99 (RL Zoo's MuJoCo default; the fallback's before it took 0.999, chosen on
-# LunarLanderContinuous and Swimmer): the comparison behind that choice, on those and on held-out envs
-CASES |= {f"fallback-ppo-{name}-gamma0.99": ([*CASES[f"fallback-ppo-{name}"][0], "agent.gamma=0.99"],
-                                             CASES[f"fallback-ppo-{name}"][1])
-          for name in ("invertedpendulum", "mountaincarcontinuous", "lunarlandercontinuous", "swimmer", "halfcheetah")}
+# PPO's continuous fallback at gamma 0.99 (RL Zoo's MuJoCo default, the fallback's before) and 0.999 (RL Zoo's PPO
+# value on LunarLanderContinuous, BipedalWalker, Hopper, InvertedPendulum): the comparison behind its 0.995, chosen
+# on LunarLanderContinuous, Swimmer, HalfCheetah and Walker2d, checked on the others
+CASES |= {f"fallback-ppo-{name}-gamma{gamma}": ([*CASES[f"fallback-ppo-{name}"][0], f"agent.gamma={gamma}"],
+                                                CASES[f"fallback-ppo-{name}"][1])
+          for gamma in ("0.99", "0.999")
+          for name in ("invertedpendulum", "mountaincarcontinuous", "lunarlandercontinuous", "swimmer", "halfcheetah",
+                       "walker2d", "hopper")}
 SUMMARY = re.compile(r"done \((\w+)\): ([\d,]+) steps in ([\d.]+) s \(([\d,]+) steps/s\) \| eval (-?[\d.]+) ± ([\d.]+)"
                      r" over \d+ (stochastic )?episodes.*run dir: (\S+)")
 RESUMED = re.compile(r"^resumed \S+ at step", re.M)
