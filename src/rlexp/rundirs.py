@@ -167,22 +167,17 @@ def check_resume_overrides(cfg: DictConfig, stored: DictConfig) -> None:
 
 
 def new_run_dir(cfg: DictConfig) -> Path:
-    """A fresh training run's dir: the sweep's trial dir, else run_dir (outputs/<date>/<time>_<agent>_<env>, the env
-    named by `env_display_name`), with a numeric suffix when a run of the same second holds that name. Not made
-    yet: `claim_run_dir` makes it once training starts."""
+    """A fresh training run's dir name: the sweep's trial dir, else run_dir (outputs/<date>/<time>_<agent>_<env>,
+    the env named by `env_display_name`). Not made yet: `claim_run_dir` makes it once training starts."""
     if in_sweep():
         return Path(HydraConfig.get().runtime.output_dir)
-    run_dir = absolute(str(cfg.run_dir))
-    candidate, n = run_dir, 1
-    while candidate.exists():
-        candidate, n = run_dir.with_name(f"{run_dir.name}_{n}"), n + 1
-    return candidate
+    return absolute(str(cfg.run_dir))
 
 
 def claim_run_dir(run_dir: Path) -> Path:
-    """Make the run dir `new_run_dir` picked and return it; where a run started in the same second made it first
-    (both picked the name before either made it), the next free `<name>_<n>`: the mkdir is the claim, so two
-    runs never share a dir. A sweep's trial dir is its own."""
+    """Make the run dir `new_run_dir` named and return it; where another run holds that name (one started in the
+    same second, even one that named it at the same moment), the next free `<name>_<n>`: the mkdir is the claim,
+    so two runs never share a dir. A sweep's trial dir is its own."""
     if in_sweep():
         run_dir.mkdir(parents=True, exist_ok=True)
         return run_dir

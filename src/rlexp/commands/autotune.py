@@ -316,8 +316,8 @@ def hydra_dict(values: dict[str, Any]) -> str:
 def study_command(config_dir: str, agent: str, space: str, overrides: Overrides, budget: Budget, study: str,
                   sweep_dir: Path, baseline: dict[str, Any] | None = None) -> list[str]:
     """`python -m rlexp --multirun +sweep=<space> ...`: successive halving from the first rung once trial 0 (alone
-    at every rung) finished, the step budget, the sampler's start and the first trial's baseline values first (the user's hydra.sweeper.* win over them), the user's overrides, then the
-    budget's values."""
+    at every rung) finished, the step budget, the sampler's start and the first trial's baseline values first
+    (the user's hydra.sweeper.* win over them), the user's overrides, then the budget's values."""
     sampler = [] if any(o.startswith("hydra/sweeper/sampler") for o in overrides.study) else [
         f"hydra.sweeper.sampler.n_startup_trials={budget.warmup}"]
     first = [f"hydra.sweeper.baseline={hydra_dict(baseline)}"] if baseline else []
@@ -328,7 +328,8 @@ def study_command(config_dir: str, agent: str, space: str, overrides: Overrides,
             *sampler, *first, *overrides.study, *overrides.shared,
             f"run.max_steps={budget.trial_steps}", f"run.eval_interval={budget.eval_interval}",
             f"run.eval_episodes={budget.eval_episodes}",
-            f"run.eval_deterministic={str(budget.eval_deterministic).lower()}", f"hydra.sweeper.n_trials={budget.trials}",
+            f"run.eval_deterministic={str(budget.eval_deterministic).lower()}",
+            f"hydra.sweeper.n_trials={budget.trials}",
             f"hydra.sweeper.seeds_per_trial={budget.seeds}", f"hydra.sweeper.study_name={study}",
             f"hydra.sweep.dir='{sweep_dir}'"]
 
