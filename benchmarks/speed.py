@@ -72,7 +72,15 @@ def run_sb3(python: str, case: str, seed: int) -> dict:
     stdout, _, wall, rss = timed([python, str(SB3_EXTRA_CASES if case in EXTRA else SB3_CASES), case, str(seed)])
     row = json.loads(stdout.strip().splitlines()[-1])
     return dict(tool="sb3", case=case, seed=seed, seconds=row["seconds"], steps=row["steps"],
-                eval_mean=row["eval_mean"], eval_std=row["eval_std"], wall_s=round(wall, 2), peak_rss_mb=round(rss))
+                eval_mean=row["eval_mean"], eval_std=row["eval_std"], wall_s=round(wall, 2), peak_rss_mb=round(rss),
+                versions=sb3_versions(python))
+
+
+def sb3_versions(python: str) -> str:
+    """The peer's library versions, as its interpreter reports them."""
+    code = ("from importlib.metadata import version as v; "
+            "print(f\"SB3 {v('stable-baselines3')}, PyTorch {v('torch')}\")")
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
 
 
 def table(rows: list[dict], cases: list[str]) -> str:
@@ -92,7 +100,9 @@ def table(rows: list[dict], cases: list[str]) -> str:
                          f"{statistics.median(r['peak_rss_mb'] for r in rs):,.0f} | "
                          f"{statistics.median(r['eval_mean'] for r in rs):.1f} | "
                          f"{statistics.median(r['wall_s'] for r in rs):.1f} | {ratio} |")
-            where = f" ({rs[0]['date']}, commit {rs[0]['commit']}, {rs[0]['machine']})" if "date" in rs[0] else ""
+            versions = f", {rs[0]['versions']}" if "versions" in rs[0] else ""
+            where = (f" ({rs[0]['date']}, commit {rs[0]['commit']}, {rs[0]['machine']}{versions})"
+                     if "date" in rs[0] else "")
             per_seed.append(f"- {case}, {tool}{where}: train s " + " / ".join(f"{r['seconds']:g}" for r in rs)
                             + "; eval " + " / ".join(f"{r['eval_mean']:g}" for r in rs))
     return "\n".join(lines + [""] + per_seed)
