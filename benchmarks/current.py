@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import platform
+import shlex
 import subprocess
 import sys
 import time
@@ -41,7 +42,8 @@ def now() -> str:
 
 
 def command_line() -> str:
-    return " ".join(["python", os.path.relpath(sys.argv[0], RESULTS.parent.parent), *sys.argv[1:]])
+    """This benchmark's command as it can be typed again (arguments shell-quoted)."""
+    return shlex.join(["python", os.path.relpath(sys.argv[0], RESULTS.parent.parent), *sys.argv[1:]])
 
 
 def write_table(name: str, title: str, body: str, started: str | None = None) -> Path:
