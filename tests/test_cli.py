@@ -1,5 +1,6 @@
 """End to end: the real CLI in a subprocess, from a directory outside the repository."""
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -265,7 +266,7 @@ def test_multirun_wandb_runs_are_separate_and_grouped_by_sweep(tmp_path):
     runs = sorted(tmp_path.glob("multirun/*/*/wandb/offline-run-*"))
     assert len(runs) == 2 and runs[0].name != runs[1].name  # one wandb run per trial, not a reused one
     sweep = runs[0].parents[2].name
-    assert sweep == "ppo_cartpole"
+    assert re.fullmatch(r"ppo_cartpole_[0-9a-f]{6}", sweep), sweep
     for run in runs:
         debug = (run / "logs" / "debug.log").read_text()
         assert "finish" in debug.lower() and sweep in debug  # finished, grouped under the sweep's name

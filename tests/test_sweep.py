@@ -15,6 +15,7 @@ import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
 
+from conftest import study_folder
 from rlexp.errors import SweepError
 from rlexp.sweep import grid_points, make_storage, search_space
 
@@ -27,7 +28,10 @@ def rlexp(cwd, *args, timeout=600, **kwargs):
                           timeout=timeout, env=env, **kwargs)
 
 
-def trials(cwd, study="ppo_cartpole", storage=None):
+def trials(cwd, study=None, storage=None):
+    """The trials of study `study` (multirun/<study>/), or of the one generated ppo_cartpole_<hash> study."""
+    if study is None:
+        study = study_folder(cwd).name
     storage = storage or f"sqlite:///{cwd}/multirun/{study}/optuna.db"
     return optuna.load_study(study_name=study, storage=storage).get_trials()
 
@@ -98,7 +102,7 @@ def test_sweep_runs_each_trial_in_its_own_process_and_reports(sweep):
     assert all(t.intermediate_values for t in done)  # mean return reported to the study while training
     lines = [line for line in result.stdout.splitlines() if line.startswith("trial ")]
     assert len(lines) == 3 and all("COMPLETE" in line and "agent.lr=" in line for line in lines)
-    folder = cwd / "multirun" / "ppo_cartpole"
+    folder = study_folder(cwd)
     for name in ("optimization_results.yaml", "trials.csv", "optimization_history.png", "tuned/best.yaml"):
         assert (folder / name).exists(), name
     for n in range(3):
@@ -108,7 +112,7 @@ def test_sweep_runs_each_trial_in_its_own_process_and_reports(sweep):
 def test_best_preset_is_loadable(sweep):
     cwd, _ = sweep
     best = max((t for t in trials(cwd)), key=lambda t: t.value)
-    folder = cwd / "multirun" / "ppo_cartpole"
+    folder = study_folder(cwd)
     result = rlexp(cwd, "--config-dir", str(folder), "agent=ppo", "env=cartpole", "tuned=best", "--cfg", "job")
     assert result.returncode == 0, result.stderr
     assert f"lr: {best.params['agent.lr']}" in result.stdout
@@ -116,16 +120,29 @@ def test_best_preset_is_loadable(sweep):
     assert "ppo_epochs: 20" in result.stdout  # and the rest of the tuned preset
 
 
-def test_same_command_continues_the_study_and_a_new_space_is_refused(sweep):
+def test_same_command_continues_its_study_and_another_sweep_starts_its_own(sweep):
+    """n_trials is the study's total: the same command again adds nothing, a larger n_trials adds the difference;
+    another search space (or other fixed values) is another study, named by its own hash, and says so."""
     cwd, _ = sweep
-    result = rlexp(cwd, "-m", *TINY, "agent.lr=tag(log,interval(1e-4,1e-2))", "hydra.sweeper.n_trials=1")
-    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "continuing study ppo_cartpole (3 trials so far: 3 COMPLETE)" in result.stdout
+    folder = study_folder(cwd)
+    again = rlexp(cwd, "-m", *TINY, "agent.lr=tag(log,interval(1e-4,1e-2))", "hydra.sweeper.n_trials=3")
+    assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
+    assert f"continuing study {folder.name} (3 trials so far: 3 COMPLETE)" in again.stdout
+    assert f"study {folder.name} already holds 3 trial(s) (hydra.sweeper.n_trials=3)" in again.stdout
+    more = rlexp(cwd, "-m", *TINY, "agent.lr=tag(log,interval(1e-4,1e-2))", "hydra.sweeper.n_trials=4")
+    assert more.returncode == 0, more.stdout[-3000:] + more.stderr[-3000:]
     done = trials(cwd)
     assert len(done) == 4 and len({t.params["agent.lr"] for t in done}) == 4  # no replayed draws
-    changed = rlexp(cwd, "-m", *TINY, "agent.lr=interval(1e-4,1e-2)")
-    assert changed.returncode == 2
-    out = changed.stdout + changed.stderr
+    other = rlexp(cwd, "-m", *TINY, "agent.lr=interval(1e-4,1e-2)", "hydra.sweeper.n_trials=1")
+    assert other.returncode == 0, other.stdout[-3000:] + other.stderr[-3000:]
+    studies = sorted(p.name for p in (cwd / "multirun").iterdir())
+    assert len(studies) == 2 and folder.name in studies
+    (new,) = set(studies) - {folder.name}
+    assert new.startswith("ppo_cartpole_") and f"new study {new} in" in other.stdout
+    assert f"other studies of ppo+cartpole here: {folder.name}" in other.stdout
+    named = rlexp(cwd, "-m", *TINY, "agent.lr=interval(1e-4,1e-2)", f"hydra.sweeper.study_name={folder.name}")
+    assert named.returncode == 2
+    out = named.stdout + named.stderr
     assert "another search space" in out and "hydra.sweeper.study_name=" in out and "Traceback" not in out
 
 
@@ -149,7 +166,7 @@ def test_pruned_and_failed_trials_are_recorded_and_the_sweep_goes_on(tmp_path):
 
 def test_killed_sweep_is_continued_and_its_running_trial_marked_failed(tmp_path):
     args = ["-m", "run.target_reward=null", "run.eval_episodes=2", "agent.lr=1e-3,3e-3", "hydra.sweeper.n_jobs=1",
-            "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2"]
+            "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=2", "hydra.sweeper.study_name=k"]
     proc = subprocess.Popen([sys.executable, "-m", "rlexp", *args, "run.max_steps=1e6"], cwd=tmp_path, start_new_session=True,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
                             env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
@@ -157,7 +174,7 @@ def test_killed_sweep_is_continued_and_its_running_trial_marked_failed(tmp_path)
     states = "no study yet"
     while time.time() < deadline:
         try:
-            found = trials(tmp_path)
+            found = trials(tmp_path, "k")
             states = [(t.state.name, len(t.intermediate_values)) for t in found]
             if any(t.state == TrialState.RUNNING and t.intermediate_values for t in found):
                 break
@@ -172,7 +189,7 @@ def test_killed_sweep_is_continued_and_its_running_trial_marked_failed(tmp_path)
     time.sleep(4)  # past the grace period
     again = rlexp(tmp_path, *args, "run.max_steps=2048")
     assert "marked 1 trial(s) left running by a stopped sweep FAIL" in again.stdout, again.stdout[-3000:]
-    states = sorted(t.state.name for t in trials(tmp_path))
+    states = sorted(t.state.name for t in trials(tmp_path, "k"))
     assert states == ["COMPLETE", "COMPLETE", "FAIL"]  # the grid's two points, plus the killed trial
 
 
@@ -200,7 +217,7 @@ def test_slurm_launcher_composes_and_writes_its_job_script(tmp_path):
     for line in ("#SBATCH --partition=gpu", "#SBATCH --time=1440", "#SBATCH --cpus-per-task=4",
                  "#SBATCH --gpus-per-task=1", "#SBATCH --mem=16GB"):
         assert line in text, text
-    assert "submitit" in text and str(tmp_path / "multirun" / "ppo_cartpole") in text
+    assert "submitit" in text and str(study_folder(tmp_path)) in text
 
 
 def test_seeds_per_trial_are_aggregated_and_the_best_confirmed_on_fresh_seeds(tmp_path):
@@ -208,14 +225,14 @@ def test_seeds_per_trial_are_aggregated_and_the_best_confirmed_on_fresh_seeds(tm
                    "hydra.sweeper.n_trials=2", "hydra.sweeper.seeds_per_trial=2", "hydra.sweeper.confirm={top_k:2,seeds:2}",
                    "seed=5")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    folder = tmp_path / "multirun" / "ppo_cartpole"
+    folder = study_folder(tmp_path)
     done = trials(tmp_path)
     for trial in done:
         assert trial.value == pytest.approx(sum(trial.user_attrs["seed_values"]) / 2)
         seeds = sorted(yaml.safe_load((d / ".hydra" / "config.yaml").read_text())["seed"]
                        for d in (folder / f"trial_{trial.number}").glob("seed_*"))
         assert seeds == [5, 6]  # the same seeds for every configuration
-    study = optuna.load_study(study_name="ppo_cartpole", storage=f"sqlite:///{folder}/optuna.db")
+    study = optuna.load_study(study_name=folder.name, storage=f"sqlite:///{folder}/optuna.db")
     confirmed = {t.number: study.user_attrs[f"confirm_{t.number}"] for t in done}
     assert all(sorted(c) == ["10005", "10006"] for c in confirmed.values())  # fresh seeds, none the search used
     table = pd.read_csv(folder / "confirmation.csv")
@@ -243,7 +260,7 @@ def test_a_seed_list_next_to_a_sampled_parameter_is_refused(tmp_path):
     result = rlexp(tmp_path, "-m", "seed=0,1,2", "agent.lr=interval(1e-4,1e-2)")
     assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
     assert "hydra.sweeper.seeds_per_trial=3" in result.stderr and "Traceback" not in result.stderr
-    assert not (tmp_path / "multirun" / "ppo_cartpole" / "optuna.db").exists()
+    assert not (tmp_path / "multirun").exists()
     missing = rlexp(tmp_path, "-m", "hydra.sweeper.objective=mean_last_evals", "agent.lr=interval(1e-4,1e-2)")
     assert missing.returncode == 2 and "run.eval_interval=" in missing.stderr, missing.stderr
 
@@ -452,7 +469,8 @@ class ConfirmationLauncher:
 @pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
 def test_confirmation_ranks_by_the_aggregate_and_numbers_its_jobs_after_the_search(tmp_path):
     """Trial 0 confirms at 0, 10, 10, 100 (mean 30, IQM 10), trial 1 at 20 on every seed: the IQM ranks trial 1
-    first. The study's three search trials had jobs 0-2, so the eight confirmation jobs are 3-10, two at a time."""
+    first. The study's three search trials had jobs 0-2, so the eight confirmation jobs are 3-10, each launched
+    alone as a slot frees."""
     from omegaconf import OmegaConf
 
     from rlexp.sweep import OptunaSweep
@@ -467,7 +485,7 @@ def test_confirmation_ranks_by_the_aggregate_and_numbers_its_jobs_after_the_sear
     for lr, value in ((1e-3, 30.0), (2e-3, 25.0), (3e-3, 5.0)):
         study.add_trial(optuna.trial.create_trial(params={"agent.lr": lr}, distributions=space, value=value))
     sweep.run_confirmation(study)
-    assert launcher.first_jobs == [3, 5, 7, 9]
+    assert sorted(launcher.first_jobs) == list(range(3, 11))
     table = sweep.confirmation_table(study)
     assert [(r["trial"], r["confirmed_iqm"], r["confirmed_rank"]) for r in table] == [(1, 20.0, 1), (0, 10.0, 2)]
     sweep.report(study)

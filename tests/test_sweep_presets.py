@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 import yaml
+from conftest import study_folder
 
 pytestmark = pytest.mark.e2e
 TESTS = Path(__file__).parent
@@ -52,7 +53,7 @@ def test_best_preset_and_printed_commands_reproduce_the_best_trial(tmp_path):
                   "agent.n_steps=32", "agent.ppo_epochs=2", "agent.lr=tag(log,interval(1e-4,1e-2))",
                   "hydra.sweeper.n_trials=2")
     assert sweep.returncode == 0, sweep.stdout[-3000:] + sweep.stderr[-3000:]
-    folder = tmp_path / "multirun" / "ppo_beacon"
+    folder = study_folder(tmp_path, "ppo_beacon")
     best = yaml.safe_load((folder / "optimization_results.yaml").read_text())["best_trial"]
     trial = yaml.safe_load((folder / f"trial_{best}" / ".hydra" / "config.yaml").read_text())
     assert trial["fallback"] == "ppo_discrete_vector" and trial["env"]["n_envs"] == 8  # what must be kept
@@ -75,9 +76,10 @@ def test_a_generic_env_study_is_named_after_the_env_id(tmp_path):
     result = rlexp(tmp_path, "-m", "agent=dqn", "env=generic", "env.id=MountainCar-v0", "run.max_steps=64",
                    "run.eval_episodes=1", "agent.lr=interval(1e-4,1e-3)", "hydra.sweeper.n_trials=1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert [p.name for p in (tmp_path / "multirun").iterdir()] == ["dqn_MountainCar-v0"]
-    assert "new study dqn_MountainCar-v0 in" in result.stdout
+    (folder,) = (tmp_path / "multirun").iterdir()
+    assert folder == study_folder(tmp_path, "dqn_MountainCar-v0")
+    assert f"new study {folder.name} in" in result.stdout
     words = printed(result.stdout, "run it: ")
     assert words[:3] == ["agent=dqn", "env=generic", "env.id=MountainCar-v0"], words
-    header = (tmp_path / "multirun/dqn_MountainCar-v0/tuned/best.yaml").read_text()
-    assert "tuned/dqn_MountainCar-v0.yaml and add tuned=dqn_MountainCar-v0" in header
+    header = (folder / "tuned/best.yaml").read_text()
+    assert "copy this file to your config dir as tuned/dqn_MountainCar-v0.yaml\n" in header

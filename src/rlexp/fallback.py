@@ -15,7 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlexp.rundirs import env_command, env_display_name, in_sweep
+from rlexp.rundirs import GENERIC_ENV, env_command, env_display_name, in_sweep
 
 log = logging.getLogger("rlexp")
 SECTIONS = ("agent", "env", "buffer", "model", "run")
@@ -83,6 +83,12 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
         path, own = hydra_preset("tuned", tuned)
         return cfg, f"tuned preset for {pair}: tuned/{tuned}.yaml " + (f"(your own: {path})" if own else
                                                                     "(shipped with rlexp)")
+    if choices.get("env") == GENERIC_ENV:  # env=generic env.id=X: autotune's tuned/<agent>_<X as run dirs name it>
+        named = f"{agent}_{env_display_name(GENERIC_ENV, str(cfg.env.id))}"
+        path, own = hydra_preset("tuned", named)
+        if path is not None:
+            return merge_tuned(cfg, path, overrides), (f"tuned preset for {pair}: tuned/{named}.yaml "
+                                                       + (f"(your own: {path})" if own else "(shipped with rlexp)"))
     hint = autotune_hint(agent, choices.get("env"), str(cfg.env.id))
     if str(cfg.get("fallback", "auto")) != "auto":
         return cfg, f"no tuned preset for {pair}: fallback=none, so the agent preset's own values{hint}"
@@ -117,14 +123,30 @@ def merge_fallback(cfg: DictConfig, name: str, overrides: list[str], choices: di
     preset = OmegaConf.load(fallback_path(name))
     preset.pop("defaults", None)
     merged = OmegaConf.merge(cfg, preset, own_values(cfg, choices if choices is not None else hydra_choices()))
-    for override in OverridesParser.create().parse_overrides(overrides):
-        key = override.get_key_element().lstrip("+~")
-        if key.split(".")[0] in SECTIONS and "." in key and not override.is_delete():
-            OmegaConf.update(merged, key, override.value(), force_add=True)
+    apply_overrides(merged, overrides)
     with open_dict(merged):
         fit_sequences(merged)
         merged.fallback = name
     return merged
+
+
+def merge_tuned(cfg: DictConfig, path: Any, overrides: list[str]) -> DictConfig:
+    """cfg with a tuned preset file merged in as the defaults list merges `tuned` (over the agent, env, model and
+    buffer presets), the command line's values applied again over it."""
+    preset = OmegaConf.load(path)
+    merged = OmegaConf.merge(cfg, {key: preset[key] for key in SECTIONS if key in preset})
+    apply_overrides(merged, overrides)
+    with open_dict(merged):
+        fit_sequences(merged)
+    return merged
+
+
+def apply_overrides(cfg: DictConfig, overrides: list[str]) -> None:
+    """The command line's values of the hyperparameter sections set again (they win over any preset)."""
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.get_key_element().lstrip("+~")
+        if key.split(".")[0] in SECTIONS and "." in key and not override.is_delete():
+            OmegaConf.update(cfg, key, override.value(), force_add=True)
 
 
 def hydra_choices() -> dict[str, str]:

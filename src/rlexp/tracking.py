@@ -23,6 +23,9 @@ class Tracker:
     def flush(self) -> None:
         """Write what is buffered (with each history flush and checkpoint)."""
 
+    def end_of_training(self) -> None:
+        """Training is over; scalars from now on (the final evaluation) close the run."""
+
     def close(self, failed: bool = False) -> None:
         pass
 
@@ -44,6 +47,10 @@ class Trackers(Tracker):
     def flush(self):
         for t in self.trackers:
             t.flush()
+
+    def end_of_training(self):
+        for t in self.trackers:
+            t.end_of_training()
 
     def close(self, failed=False):
         for t in self.trackers:

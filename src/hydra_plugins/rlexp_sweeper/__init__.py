@@ -78,9 +78,10 @@ class RlexpSweeperConf:
     aggregate: Any = "mean"              # mean | iqm of the seeds' objectives (and of the confirmation's)
     confirm: Any = None                  # {top_k: 3, seeds: 5}: re-run the best on fresh seeds; best.yaml: the winner
     storage: Any = None                  # null: sqlite:///<sweep dir>/optuna.db; or postgresql://user@host/db
-    # <agent>_<env preset>, or with env=generic <agent>_<env.id> (rlexp.rundirs.env_display_name, as run dirs)
-    study_name: Any = "${hydra.runtime.choices.agent}_${rlexp.env_name:${hydra.runtime.choices.env},${env.id}}"
-    n_trials: Any = 20                   # trials this command adds to the study (a grid: at most its size)
+    study_name: Any = None               # null: <agent>_<env>_<hash of the search space and fixed values>, so
+                                         # the same command continues its study and another sweep starts its own
+    n_trials: Any = 20                   # the study's trials in all: this command (and any other worker on the
+                                         # same storage) runs trials until the study holds this many
     n_jobs: Any = 2                      # trials at once, each in its own process
     max_failure_rate: Any = 0.5          # stop the sweep when more trials than this fraction fail
     params: Any = None                   # search space in YAML (key: "interval(1e-5,1e-2)"), as on the command line
@@ -89,8 +90,10 @@ class RlexpSweeperConf:
     max_env_steps: Any = None            # the study's env steps, all trials and seeds: no trial starts that could
                                          # pass it (trials' run.max_steps x seeds_per_trial against what they trained)
     pruner: Any = "median"               # median | halving | none
-    warmup_trials: Any = 5               # finished trials before any pruning
-    warmup_steps: Any = 0                # env steps a trial runs before it can be pruned
+    warmup_trials: Any = 5               # median: complete trials before any pruning; halving: trials at a rung
+    warmup_steps: Any = "auto"             # median: env steps before a trial can be pruned (auto: a third of those
+                                         # after learning starts); halving: the first rung's length after it
+                                         # (auto: a ninth)
     reports: Any = 10                    # mean-return reports per trial (evenly spaced over run.max_steps)
     heartbeat_interval: Any = 10         # seconds; trials without a heartbeat for grace_period are stale
     grace_period: Any = 60               # a killed sweep's RUNNING trials are marked FAIL after this

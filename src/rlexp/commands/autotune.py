@@ -6,6 +6,7 @@ training run with it and the command that reproduces that run."""
 from __future__ import annotations
 
 import logging
+import os
 import shlex
 import subprocess
 import sys
@@ -26,6 +27,7 @@ from rlexp.errors import UserError
 from rlexp.fallback import hydra_preset, preset_exists
 from rlexp.files import write_atomic
 from rlexp.rundirs import GENERIC_ENV, absolute, choices, env_display_name, in_sweep, original_cwd
+from rlexp.sweep.report import FOR_AUTOTUNE
 
 log = logging.getLogger("rlexp")
 SECTIONS = ("agent", "env", "model", "buffer")  # the hyperparameters a tuned preset holds, with run's budget
@@ -50,6 +52,12 @@ class Budget:
     eval_interval: int
     eval_episodes: int
     eval_deterministic: bool | str = False
+    learning_start: int = 0    # buffer.initial_size: random steps before an off-policy trial learns
+
+    @property
+    def rung_steps(self) -> list[int]:
+        """Where trials are compared: learning_start + L x 1, 3, ... before the trial's end."""
+        return [self.learning_start + self.eval_interval * 3 ** i for i in range(self.rungs - 1)]
 
     @property
     def env_steps(self) -> int:
@@ -62,11 +70,14 @@ class Budget:
         return min(5, max(1, self.trials // 3))
 
 
-def first_rungs(trials: int, rungs: int) -> float:
-    """The env steps a study of `trials` trials is expected to train on one seed, in first-rung lengths: trial 0
-    (the baseline, alone at every rung) trains all 3^(rungs-1) of them; each other trial trains the first, and
-    the third of them that goes on trains the next rung's 2/3 of its length (the ninth the one after: 2/3 again)."""
-    return 3 ** (rungs - 1) + (trials - 1) * (1 + 2 * (rungs - 1) / 3)
+def first_rungs(trials: int, rungs: int, in_flight: int = 1) -> float:
+    """The env steps (after each trial's warm-up) a study of `trials` trials needs on one seed, in first-rung
+    lengths L: trial 0 (the baseline, first at every rung) trains all m = 3^(rungs-1) of them; each other trial
+    is expected to train e = 1 + 2 (rungs - 1) / 3 (the first; the third of them that goes on, the next rung's
+    2/3 of its length; the ninth the one after: 2/3 again). A trial starts only where the budget holds it at its
+    full length, as it does the `in_flight` trials running beside the last one: m - e more for each."""
+    m, e = 3 ** (rungs - 1), 1 + 2 * (rungs - 1) / 3
+    return m + (trials - 1) * e + in_flight * (m - e)
 
 
 @dataclass
@@ -91,11 +102,13 @@ def autotune(cfg: DictConfig) -> float:
         raise UserError("+resume continues a training run; mode=autotune starts a study: drop +resume")
     agent, overrides = choices()["agent"], split_overrides(command_overrides())
     space = check_space(agent, overrides.space)
-    budget = check_budget(cfg, pair_max_steps(cfg, overrides))
-    env_name, env_text = env_preset(cfg, overrides.env)
     trial_cfg = check_pair(cfg)
-    check_trials_learn(trial_cfg, budget, space, overrides)
-    baseline = baseline_values(trial_cfg, searched_keys(space, overrides))
+    searched = searched_keys(space, overrides)
+    learning_start = 0 if "buffer.initial_size" in searched else int(
+        OmegaConf.select(trial_cfg, "buffer.initial_size", default=0) or 0)
+    budget = check_budget(cfg, pair_max_steps(cfg, overrides), learning_start, job_slots(overrides))
+    env_name, env_text = env_preset(cfg, overrides.env)
+    baseline = baseline_values(trial_cfg, searched)
     config_dir = user_config_dir(sys.argv[1:])
     if config_dir is None:
         return with_default_dir(str(cfg.autotune.get("config_dir") or "rlexp_conf"))
@@ -103,11 +116,15 @@ def autotune(cfg: DictConfig) -> float:
     study = f"autotune_{agent}_{env_name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     sweep_dir = original_cwd() / "multirun" / study
     seeds = f"{budget.seeds} seed{'s' if budget.seeds > 1 else ''}"
-    rungs = ", ".join(f"{budget.eval_interval * 3 ** i:,}" for i in range(budget.rungs))
+    rungs = ", ".join(f"{step:,}" for step in budget.rung_steps)
+    halving = f"successive halving at {rungs} steps" if rungs else "no halving"
+    warmup = f" after {budget.learning_start:,} random steps" if budget.learning_start else ""
     log.info(f"autotune {agent}+{env_name}: up to {budget.trials} trials x {seeds} within {budget.env_steps:,} env "
-             f"steps ({budget.budget:g} x run.max_steps={budget.max_steps:,}), successive halving at {rungs} steps "
-             f"(evaluated every {budget.eval_interval:,}); search space sweep/{space}.yaml; study {sweep_dir}")
-    run(study_command(config_dir, agent, space, overrides, budget, study, sweep_dir, baseline))
+             f"steps ({budget.budget:g} x run.max_steps={budget.max_steps:,}), trials of up to "
+             f"{budget.trial_steps:,} steps{warmup}, {halving} (evaluated every {budget.eval_interval:,}); search "
+             f"space sweep/{space}.yaml; study {sweep_dir}")
+    run(study_command(config_dir, agent, space, overrides, budget, study, sweep_dir, baseline),
+        env={**os.environ, FOR_AUTOTUNE: "1"})  # its report leaves the command to train to autotune
     best, preset, results = best_trial(sweep_dir)
     picked = groups(preset)  # model=/buffer=: on the command line, where a tuned preset can't choose them
     values = tuned_values(cfg, agent, overrides, preset, picked, budget)
@@ -192,20 +209,19 @@ def searched_keys(space: str, overrides: Overrides) -> set[str]:
     return keys | {o.split("=", 1)[0].lstrip("+") for o in overrides.study if "(" in o or "," in o}
 
 
-def check_trials_learn(trial_cfg: DictConfig, budget: Budget, space: str, overrides: Overrides) -> None:
-    """Off-policy trials must get past their random warm-up (buffer.initial_size env steps) to learn at all."""
-    initial = OmegaConf.select(trial_cfg, "buffer.initial_size", default=None)
-    if initial is None or budget.trial_steps > int(initial) or "buffer.initial_size" in searched_keys(space, overrides):
-        return
-    raise UserError(f"mode=autotune: trials of up to {budget.trial_steps:,} env steps ({budget.budget:g} x "
-                    f"run.max_steps={budget.max_steps:,} over {budget.trials} trials x {budget.seeds} seeds, "
-                    f"{budget.rungs} rungs) never get past "
-                    f"buffer.initial_size={int(initial):,} random steps; raise autotune.budget or run.max_steps, "
-                    "lower autotune.trials, or set a smaller buffer.initial_size")
+def job_slots(overrides: Overrides) -> int:
+    """The study's job slots: hydra.sweeper.n_jobs on the command line, else the sweeper's default 2."""
+    text = next((o.split("=", 1)[1] for o in overrides.study if o.startswith("hydra.sweeper.n_jobs=")), "2")
+    try:
+        return max(1, int(float(text)))
+    except ValueError:
+        return 1  # the study's check of its settings names it
 
 
-def check_budget(cfg: DictConfig, max_steps: int) -> Budget:
-    """autotune.* checked, and the trials' lengths derived from them: budget x max_steps env steps in all."""
+def check_budget(cfg: DictConfig, max_steps: int, learning_start: int = 0, slots: int = 1) -> Budget:
+    """autotune.* checked, and the trials' lengths derived from them: budget x max_steps env steps in all, each
+    trial `learning_start` random steps then up to 3^(rungs-1) first-rung lengths L (`first_rungs`, with
+    `slots` job slots, each trial taking autotune.seeds of them)."""
     section = cfg.get("autotune")
     if not isinstance(section, DictConfig):
         raise UserError(f"autotune={section!r}: autotune is a section of settings; set its keys instead, e.g. "
@@ -218,14 +234,18 @@ def check_budget(cfg: DictConfig, max_steps: int) -> Budget:
     if not _one_of(deterministic, ("auto", True, False)):
         raise UserError(f"autotune.eval_deterministic={deterministic!r} must be auto, true or false (as "
                         "run.eval_deterministic; false: the trials' evaluations draw actions from the policy)")
-    first_rung = int(budget * max_steps / (seeds * first_rungs(trials, rungs)))
+    in_flight_trials = max(1, slots // seeds)
+    first_rung = int((budget * max_steps / seeds - trials * learning_start) / first_rungs(trials, rungs,
+                                                                                       in_flight_trials))
     if first_rung < 1:
+        warmup = (f" past each trial's buffer.initial_size={learning_start:,} random steps" if learning_start
+                  else "")
         raise UserError(f"autotune.budget={budget:g}: {budget:g} x run.max_steps={max_steps:,} over autotune.trials="
-                        f"{trials} x autotune.seeds={seeds} with autotune.rungs={rungs} leaves trials no env steps; "
-                        "raise autotune.budget or run.max_steps, or lower autotune.trials, autotune.seeds or "
-                        "autotune.rungs")
-    return Budget(budget, max_steps, trials, seeds, rungs, first_rung * 3 ** (rungs - 1), first_rung, episodes,
-                  deterministic)
+                        f"{trials} x autotune.seeds={seeds} with autotune.rungs={rungs} leaves trials no env steps"
+                        f"{warmup}; raise autotune.budget or run.max_steps, or lower autotune.trials, autotune.seeds "
+                        "or autotune.rungs" + (", or set a smaller buffer.initial_size" if learning_start else ""))
+    return Budget(budget, max_steps, trials, seeds, rungs, learning_start + first_rung * 3 ** (rungs - 1), first_rung,
+                  episodes, deterministic, learning_start)
 
 
 def check_space(agent: str, space: str | None) -> str:
@@ -296,8 +316,11 @@ def env_preset(cfg: DictConfig, env_overrides: list[str]) -> tuple[str, str | No
 def baseline_values(trial_cfg: DictConfig, keys: set[str]) -> dict[str, Any]:
     """The values the pair trains with untuned (its fallback's, or its tuned preset's, under the command line's)
     for the searched keys: the study's first trial, so that its best is never a trial the study scored below them."""
-    values = {}
+    values, picked = {}, choices()
     for key in sorted(keys):
+        if key in ("model", "buffer") and key in picked:  # a group's choice: the preset the pair trains with
+            values[key] = picked[key]
+            continue
         value = OmegaConf.select(trial_cfg, key, default=None)
         if isinstance(value, (bool, int, float, str)):
             values[key] = value
@@ -334,11 +357,11 @@ def study_command(config_dir: str, agent: str, space: str, overrides: Overrides,
             f"hydra.sweep.dir='{sweep_dir}'"]
 
 
-def wait_for(command: list[str]) -> int:
+def wait_for(command: list[str], env: dict[str, str] | None = None) -> int:
     """Run a command; its exit code. A Ctrl-C reaches it too (one process group), and it stops in its own way
     (the study reports, a training run checkpoints) while this process waits for it."""
     sys.stdout.flush()
-    with subprocess.Popen(command) as child:
+    with subprocess.Popen(command, env=env) as child:
         while True:
             try:
                 return child.wait()
@@ -346,9 +369,9 @@ def wait_for(command: list[str]) -> int:
                 continue
 
 
-def run(command: list[str]) -> None:
+def run(command: list[str], env: dict[str, str] | None = None) -> None:
     """A command of its own (its output is the user's); its failure, which it reported, ends autotune's too."""
-    code = wait_for(command)
+    code = wait_for(command, env)
     if code:
         sys.exit(code)
 

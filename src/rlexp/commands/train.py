@@ -114,13 +114,14 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None)
     elif not cfg.agent.get("quiet"):
         precision = "" if agent.precision == "float32" else f", {agent.precision.split('_')[-1]} compute"
         log.info(f"training {type(agent).__name__} on {cfg.env.id} ({cfg.env.n_envs} envs{precision}) -> {run_dir}")
-    tracker = make_tracker(cfg, run_dir, agent if resume_from is not None else None)
+    tracker = make_tracker(cfg, run_dir, agent if resume_from is not None else None, agent.first_update_step())
     failed = True
     try:
         summary = agent.fit(cfg.run.max_steps, cfg.run.target_reward, run_dir=run_dir,
                             checkpoint_interval=float(cfg.run.checkpoint_interval),
                             history_interval=float(cfg.run.history_interval), progress=progress_mode(cfg),
                             config=run_config(cfg), tracker=tracker, evaluator=evaluator)
+        tracker.end_of_training()
         returns = [] if summary["reason"] == "interrupted" else evaluate(agent, cfg)
         precision = int(cfg.agent.display_precision)
         mean, std = mean_std(returns)
@@ -176,7 +177,7 @@ def progress_mode(cfg: DictConfig) -> str:
     return "log" if mode == "auto" and in_sweep() else mode
 
 
-def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None):
+def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None, learning_start: int = 0):
     """TensorBoard always (a `resumed` agent's event files made to agree with its history first); Weights &
     Biases with logger=wandb (grouped by sweep in --multirun)."""
     from rlexp.tracking import TensorBoard, Trackers, Wandb
@@ -192,7 +193,8 @@ def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None):
     if in_sweep():
         from rlexp.sweep import trial_reporter
 
-        reporter = trial_reporter(int(float(cfg.run.max_steps)), on_eval=int(cfg.run.get("eval_interval") or 0) > 0)
+        reporter = trial_reporter(int(float(cfg.run.max_steps)), on_eval=int(cfg.run.get("eval_interval") or 0) > 0,
+                                  learning_start=learning_start)
         if reporter is not None:
             trackers.append(reporter)
     return Trackers(trackers)

@@ -1,0 +1,207 @@
+"""The trial side of a sweep: the pruners, the reporter that feeds a trial's scores to them from inside its
+process, and the metrics a trial returns.
+
+Pruning only stops unfinished trials: a trial reports every score (the curves in the study), but the pruner is
+asked only at reports after learning has started (an off-policy agent's random warm-up scores the same whatever
+its hyperparameters) and before the trial's last one (a trial that trained its full length is COMPLETE)."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import os
+import time
+from typing import Any, Mapping
+
+import optuna
+from optuna.trial import TrialState
+
+from rlexp.errors import SweepError
+from rlexp.sweep.storage import make_storage
+from rlexp.tracking import Tracker
+
+log = logging.getLogger("rlexp.sweep")
+TRIAL_ENV = "RLEXP_OPTUNA_TRIAL"  # JSON {storage, study, trial_id, pruner...} set for each trial's process
+PRUNED_AT, DECIDED, LEADER_ENDED = "pruned_at", "decided_step", "leader_ended"
+FOLLOWER_WAIT_S = 120.0  # how long a trial's other seed waits at a report for its first seed's decision there
+
+
+# ----- the pruners ----------------------------------------------------------------------------------------
+def halving_rungs(max_steps: int, learning_start: int, first: int | None) -> list[int]:
+    """The steps where successive halving compares trials: learning_start + first x 1, 3, 9, ... before max_steps
+    (a comparison at the trial's end would stop nothing). first=None: a ninth of the steps after learning starts,
+    so the rungs are at 1/9 and 1/3 of them."""
+    span = max_steps - learning_start
+    first = max(1, first if first else span // 9)
+    rungs, k = [], 0
+    while learning_start + first * 3 ** k < max_steps:
+        rungs.append(learning_start + first * 3 ** k)
+        k += 1
+    return rungs
+
+
+class Halving(optuna.pruners.BasePruner):
+    """Asynchronous successive halving (Optuna's SuccessiveHalvingPruner, reduction factor 3) at given rung steps.
+    At each rung a trial goes on only if it is among the best 1/reduction_factor (at least one) of the trials
+    that have reached that rung, itself included; a tie goes to the trial that got there first, so equal scores
+    don't promote every trial. While fewer than `min_trials` trials have reached a rung, it goes on. A trial's
+    rung scores are kept in its user attributes `rung_<step>` (trials.csv shows them)."""
+
+    def __init__(self, rungs: list[int], reduction_factor: int = 3, min_trials: int = 1) -> None:
+        self.rungs, self.reduction_factor, self.min_trials = list(rungs), reduction_factor, max(1, min_trials)
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        step = trial.last_step
+        if step is None:
+            return False
+        value = trial.intermediate_values[step]
+        maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+        for rung in self.rungs:
+            key = f"rung_{rung}"
+            if step < rung:
+                return False
+            if key in trial.user_attrs:
+                continue  # decided at this rung already
+            if math.isnan(value):
+                return True
+            arrived = time.time()
+            study._storage.set_trial_user_attr(trial._trial_id, key, float(value))
+            study._storage.set_trial_user_attr(trial._trial_id, f"{key}_at", arrived)
+            others = [(t.user_attrs[key], t.user_attrs.get(f"{key}_at", 0.0))
+                      for t in study.get_trials(deepcopy=False) if t.number != trial.number and key in t.user_attrs]
+            if len(others) + 1 < self.min_trials:
+                continue
+            ahead = sum(1 for other, at in others
+                        if (other > value if maximize else other < value) or (other == value and at <= arrived))
+            if ahead >= max(1, (len(others) + 1) // self.reduction_factor):
+                return True
+        return False
+
+
+def make_pruner(name: str, warmup_trials: int, warmup_steps: int | None, max_steps: int = 0,
+                learning_start: int = 0) -> optuna.pruners.BasePruner:
+    """median: Optuna's MedianPruner, deciding after warmup_trials complete trials and warmup_steps env steps
+    (None: a third of the steps after learning starts, as RL Zoo waits for a third of the evaluations);
+    halving: `Halving` with its first rung warmup_steps after learning starts (None: a ninth of the steps
+    after it), comparing once warmup_trials trials reached a rung; none."""
+    if name == "median":
+        warmup = warmup_steps if warmup_steps is not None else learning_start + (max_steps - learning_start) // 3
+        return optuna.pruners.MedianPruner(n_startup_trials=warmup_trials, n_warmup_steps=warmup)
+    if name == "halving":
+        return Halving(halving_rungs(max_steps, learning_start, warmup_steps), 3, warmup_trials)
+    if name in ("none", None):
+        return optuna.pruners.NopPruner()
+    raise SweepError(f"hydra.sweeper.pruner={name} is unknown; use median, halving or none")
+
+
+# ----- inside a trial's process -------------------------------------------------------------------------
+def trial_spec() -> dict[str, Any] | None:
+    """What the sweeper told this trial's process (None outside rlexp's sweeps)."""
+    spec = os.environ.get(TRIAL_ENV)
+    return json.loads(spec) if spec else None
+
+
+class PruningReporter(Tracker):
+    """A tracker for a trial's process. It reports a score to the study at each periodic evaluation
+    (run.eval_interval), or else the training mean return at `reports` evenly spaced steps (the same in every
+    trial, so the pruner compares like with like), and stops the trial (optuna.TrialPruned) when the pruner says
+    so. The pruner is asked only after learning started and before max_steps; the final evaluation is recorded,
+    never judged.
+
+    With several seeds per trial the first seed reports and decides; another seed at the same report waits for
+    that decision (while the first seed runs) and stops where the first seed was pruned."""
+
+    def __init__(self, spec: Mapping[str, Any], max_steps: int, on_eval: bool, learning_start: int = 0) -> None:
+        self.storage = make_storage(spec["storage"])
+        warmup = spec.get("warmup_steps")
+        pruner = make_pruner(spec["pruner"], int(spec["warmup_trials"]), None if warmup is None else int(warmup),
+                             max_steps, learning_start)
+        study = optuna.load_study(study_name=spec["study"], storage=self.storage, pruner=pruner)
+        self.trial_id, self.leader, self.on_eval = int(spec["trial_id"]), bool(spec.get("leader", True)), on_eval
+        self.max_steps, self.learning_start, self.ended = max_steps, learning_start, False
+        self.trial = optuna.trial.Trial(study, self.trial_id)
+        if self.leader:
+            self.trial.set_user_attr("pid", os.getpid())
+        self.interval = max(1, max_steps // max(1, int(spec["reports"])))
+        self.next_report = self.interval
+
+    def end_of_training(self) -> None:
+        """Training is over: what comes now (the final evaluation) is recorded, not judged."""
+        self.ended = True
+
+    def scalars(self, step: int, values: Mapping[str, float]) -> None:
+        score = values.get("eval/mean_return" if self.on_eval else "episode/mean_return")
+        if score is None or not math.isfinite(score):
+            return
+        if self.ended:
+            if self.leader and self.on_eval and step not in self.trial_values():
+                self.trial.report(float(score), step)
+            return
+        if not self.on_eval and step < self.next_report:
+            return
+        mark = step if self.on_eval else self.next_report
+        self.next_report = (step // self.interval + 1) * self.interval
+        judged = self.learning_start < mark < self.max_steps
+        if self.leader:
+            self.trial.report(float(score), mark)
+            pruned = judged and self.trial.should_prune()
+            if pruned:
+                self.storage.set_trial_user_attr(self.trial_id, PRUNED_AT, mark)
+            self.storage.set_trial_user_attr(self.trial_id, DECIDED, mark)
+        else:
+            pruned = self.leader_pruned(mark)
+        if pruned:
+            message = f"pruned at step {mark:,} (score {score:.4g})"
+            log.info(message)
+            error = optuna.TrialPruned(message)
+            error.steps = step  # the env steps it trained, for the study's step budget
+            raise error
+
+    def trial_values(self) -> dict[int, float]:
+        return self.storage.get_trial(self.trial_id).intermediate_values
+
+    def leader_pruned(self, mark: int) -> bool:
+        """Whether the trial's first seed was pruned at or before `mark`: waits (while it runs) until it has
+        decided at `mark`, so this seed never trains on past the point where the first one stopped."""
+        deadline = time.monotonic() + FOLLOWER_WAIT_S
+        while True:
+            trial = self.storage.get_trial(self.trial_id)
+            attrs = trial.user_attrs
+            if PRUNED_AT in attrs:
+                return int(attrs[PRUNED_AT]) <= mark
+            if attrs.get(DECIDED, -1) >= mark or attrs.get(LEADER_ENDED) or trial.state != TrialState.RUNNING \
+                    or time.monotonic() > deadline:
+                return False
+            time.sleep(0.05)
+
+
+def trial_reporter(max_steps: int, on_eval: bool, learning_start: int = 0) -> PruningReporter | None:
+    """The pruning reporter when this process runs a pruned trial of rlexp's sweeper, else None."""
+    spec = trial_spec()
+    return PruningReporter(spec, max_steps, on_eval, learning_start) if spec and spec.get("prune") else None
+
+
+def curve_objectives(points: list[tuple[float, float]], last: int) -> dict[str, float]:
+    """mean_last_evals (the mean of the last `last` evaluations) and auc (the area under the evaluation curve
+    by the trapezoid rule, divided by the steps it spans: its mean height) of (step, mean return) points."""
+    steps = [float(s) for s, _ in points]
+    values = [float(v) for _, v in points]
+    if not points:
+        return {"mean_last_evals": math.nan, "auc": math.nan}
+    area = sum((steps[i + 1] - steps[i]) * (values[i] + values[i + 1]) / 2 for i in range(len(points) - 1))
+    span = steps[-1] - steps[0]
+    return {"mean_last_evals": sum(values[-last:]) / len(values[-last:]), "auc": area / span if span > 0 else values[0]}
+
+
+def trial_metrics(final_eval: float, evaluations: list[Mapping[str, float]], steps: int,
+                  train_seconds: float) -> dict[str, float] | None:
+    """What a trial's process returns to the sweeper (None outside rlexp's sweeps): every objective, so the
+    sweeper picks `objective`. The final evaluation closes the curve of the periodic ones."""
+    spec = trial_spec()
+    if spec is None:
+        return None
+    points = [(row["step"], row["mean_return"]) for row in evaluations]
+    if math.isfinite(final_eval) and (not points or points[-1][0] < steps):
+        points.append((steps, final_eval))
+    return {"final_eval": final_eval, **curve_objectives(points, int(spec.get("last_evals", 3))),
+            "train_seconds": train_seconds, "steps": steps}

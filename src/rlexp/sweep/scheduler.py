@@ -1,0 +1,82 @@
+"""Job slots that never wait for each other: each job (one seed of a trial, or one confirmation run) is one call
+of Hydra's launcher on a thread of its own, so the moment a job ends, pruned, failed or complete, its slot is
+free for the next one. Any launcher works (rlexp_local forks a process per job; rlexp_slurm submits one)."""
+from __future__ import annotations
+
+import time
+from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+
+@dataclass
+class Job:
+    """One process to run: its overrides, Hydra job number and folder, and what it belongs to."""
+
+    overrides: list[str]
+    number: int
+    subdir: str
+    owner: Any = None          # the trial (or confirmation run) it is part of
+    seed_index: int = 0        # 0: the trial's first seed, which reports to the pruner
+    seed: int | None = None
+    started: float = 0.0       # wall-clock seconds (time.time()), set by Slots
+    ended: float = 0.0
+    result: Any = field(default=None, repr=False)
+
+
+class Slots:
+    """`n` job slots over `launcher`: start a job in a free slot, wait for the next to end."""
+
+    def __init__(self, launcher: Any, n: int) -> None:
+        self.launcher, self.n = launcher, n
+        self.pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="rlexp-job")
+        self.running: dict[Future, Job] = {}
+
+    @property
+    def free(self) -> int:
+        return self.n - len(self.running)
+
+    def start(self, job: Job) -> None:
+        assert self.free > 0, "no free slot"
+        job.started = time.time()
+        self.running[self.pool.submit(self._run, job)] = job
+
+    def _run(self, job: Job) -> Any:
+        try:
+            (result,) = self.launcher.launch([job.overrides], initial_job_idx=job.number)
+        except Exception as e:  # noqa: BLE001 - a job whose process died (killed, out of memory) or a launcher fault
+            result = e
+        job.ended = time.time()
+        return result
+
+    def next_done(self) -> list[Job]:
+        """Block until at least one running job ends; those that ended, with their `result` set."""
+        if not self.running:
+            return []
+        done, _ = wait(list(self.running), return_when=FIRST_COMPLETED)
+        jobs = []
+        for future in done:
+            job = self.running.pop(future)
+            job.result = future.result()
+            jobs.append(job)
+        return sorted(jobs, key=lambda j: j.ended)
+
+    def close(self) -> None:
+        self.pool.shutdown(wait=False, cancel_futures=True)
+
+
+def steps_on_disk(run_dir: Path) -> int:
+    """The env steps a trial's run dir shows it trained (its history's last step; 0 without one): what a failed
+    or killed job counts against the study's step budget."""
+    history = run_dir / "history.parquet"
+    if not history.is_file():
+        return 0
+    try:
+        import pyarrow.compute as pc
+        import pyarrow.parquet as pq
+
+        steps = pq.read_table(history, columns=["step"])["step"]
+        return int(pc.max(steps).as_py() or 0) if len(steps) else 0
+    except Exception:  # noqa: BLE001 - a history cut short by the kill
+        return 0

@@ -1,0 +1,564 @@
+"""The sweep: opens (or continues) the study, keeps `n_jobs` job slots busy with its trials' seeds, tells the study
+how each trial ended the moment its last seed ends, and runs the confirmation round.
+
+Workers on one storage (several commands, machines or a Slurm array) share the study: each claims its next trial
+under `claim_lock`, until the study holds `n_trials` (a killed sweep's trials aside) or its step budget
+(`max_env_steps`, counting running trials at their full length and finished ones at what they trained) can't
+take one more trial; a grid point runs once."""
+from __future__ import annotations
+
+import json
+import logging
+import math
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Mapping
+
+import optuna
+from omegaconf import OmegaConf, open_dict, read_write
+from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.trial import TrialState
+
+from rlexp.errors import Started, SweepError
+from rlexp.sweep.pruning import LEADER_ENDED, TRIAL_ENV
+from rlexp.sweep.report import BASELINE_ATTR, STEPS_ATTR, Report, _format, params_of
+from rlexp.sweep.scheduler import Job, Slots, steps_on_disk
+from rlexp.sweep.settings import _shown, check_settings, one_line
+from rlexp.sweep.space import baseline_params, described, grid_points, search_space, sweep_hash
+from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, storage_url
+
+log = logging.getLogger("rlexp.sweep")
+SPACE_ATTR = "search_space"        # the study's search space, as text (a continued study must search the same)
+RESERVED_ATTR = "reserved_steps"   # a running trial's env steps at its full length, held against max_env_steps
+INTERRUPTED_ATTR = "interrupted"   # a trial a stopped or killed sweep left unfinished: not counted, run again
+CONFIRM_SEED_OFFSET = 10_000       # confirmation seeds: seed + 10000 + j, never a seed the search trained on
+DEFAULT_SWEEP_DIR = "multirun/${hydra.sweeper.study_name}"  # conf/config.yaml's: the study's own folder
+
+
+@dataclass
+class Running:
+    """A trial in flight: its jobs (one per seed) and how they ended."""
+
+    trial: optuna.trial.Trial
+    jobs: list[Job]
+    pending: list[Job] = field(default_factory=list)   # seeds not started yet
+    ended: list[Job] = field(default_factory=list)
+    stop: bool = False                                   # pruned or failed: its other seeds need not run
+
+    @property
+    def finished(self) -> bool:
+        return len(self.ended) == len(self.jobs)
+
+
+class OptunaSweep(Report):
+    """The sweep itself; `RlexpOptunaSweeper` (the Hydra plugin) hands it its config, launcher and arguments."""
+
+    def __init__(self, settings: Mapping[str, Any], config, launcher, config_loader=None) -> None:
+        self.s = check_settings(settings)
+        self.config, self.launcher, self.config_loader = config, launcher, config_loader
+        self.sweep_dir = Path(str(config.hydra.sweep.dir)).expanduser().resolve()
+        self.directions = self.s["directions"] or [self.s["direction"]]
+        self.multi = len(self.directions) == 2
+        self.objective, self.aggregate = self.s["objective"], self.s["aggregate"]
+        self.n_seeds = self.s["seeds_per_trial"]
+        self.confirm = self.s["confirm"]
+        if self.confirm and self.multi:
+            raise SweepError("hydra.sweeper.confirm ranks by one objective; with two directions the report is "
+                             "the Pareto front: drop confirm or directions")
+        self.prune = not self.multi and self.s["pruner"] != "none"
+        self.seed = int(self.config.get("seed") or 0)
+        self.fixed: dict[str, str] = {}
+
+    # -- set-up ------------------------------------------------------------------------------------------
+    def check_space(self, distributions: Mapping[str, BaseDistribution], is_grid: bool) -> None:
+        """Refuse what would silently mean something else."""
+        if "seed" in distributions and (self.n_seeds > 1 or not is_grid):
+            raise SweepError("seed=" + ",".join(map(str, getattr(distributions["seed"], "choices", ["..."])))
+                             + " would be tuned as one more parameter; run every trial on several seeds with "
+                             f"hydra.sweeper.seeds_per_trial={len(getattr(distributions['seed'], 'choices', [0, 0, 0]))} "
+                             "instead (its objective is their mean)")
+        if self.objective != "final_eval" and "run.eval_interval" not in distributions:
+            interval = int(float(OmegaConf.select(self.config, "run.eval_interval", default=0) or 0))
+            if interval <= 0:
+                raise SweepError(f"hydra.sweeper.objective={self.objective} needs evaluations during training: "
+                                 "add run.eval_interval=<env steps> (e.g. a tenth of run.max_steps)")
+
+    def check_evaluations(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> None:
+        """Every objective scores a trial by its evaluation episodes: run.eval_episodes=0 would fail every trial."""
+        key = "run.eval_episodes"
+        if any(k.lstrip("+~") == key for k in distributions):
+            return
+        value = next((v for k, v in fixed.items() if k.lstrip("+~") == key), None)
+        if value is None:
+            value = OmegaConf.select(self.config, key, default=None)
+        try:
+            episodes = float(value)
+        except (TypeError, ValueError):
+            return  # not a number: each trial's check of the run settings names it
+        if episodes < 1:
+            raise SweepError(f"{key}={_shown(value)}: hydra.sweeper.objective={self.objective} scores each trial by "
+                             f"its evaluation episodes; set {key} to 1 or more (e.g. {key}=10)")
+
+    def check_choices(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> None:
+        """Each option of a swept config group (agent=ppo,ppp) composes as its trials will, before any trial runs:
+        a missing preset is one line, not a failed trial."""
+        if self.config_loader is None:
+            return
+        from rlexp.errors import hydra_error_line
+
+        groups = {str(g) for g in self.config.hydra.runtime.get("choices", {}) if "/" not in str(g)}
+        base = [f"{k}={v}" for k, v in fixed.items()]
+        for key, dist in distributions.items():
+            if key.lstrip("+~") not in groups or not isinstance(dist, CategoricalDistribution):
+                continue
+            for option in dist.choices:
+                try:
+                    self.config_loader.load_sweep_config(self.config, [*base, f"{key}={option}"])
+                except Exception as e:  # noqa: BLE001 - what every trial with this option would fail with
+                    line = hydra_error_line(e) or one_line(e)
+                    prefix = "" if line.startswith(f"{key}={option}") else f"{key}={option}: "
+                    raise SweepError(f"{prefix}{line}") from None
+
+    def study_name(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> str:
+        """hydra.sweeper.study_name, or <agent>_<env>_<hash of the search space and fixed values>: the same command
+        continues its study, another sweep of the pair starts its own."""
+        if self.s["study_name"] is not None:
+            return str(self.s["study_name"])
+        from rlexp.rundirs import env_display_name
+
+        choices = self.config.hydra.runtime.choices
+        env = env_display_name(choices.get("env"), str(OmegaConf.select(self.config, "env.id", default="")))
+        return f"{choices.get('agent')}_{env}_{sweep_hash(distributions, fixed)}"
+
+    def sibling_studies(self, name: str) -> list[str]:
+        """[<agent>+<env>, the other generated studies of the pair in multirun/], or [] (a name of the user's)."""
+        if self.s["study_name"] is not None or not name.count("_") >= 2:
+            return []
+        prefix = name.rsplit("_", 1)[0]
+        folder = Path.cwd() / "multirun"
+        found = sorted(p.name for p in folder.glob(f"{prefix}_*") if p.name != name and (p / "optuna.db").exists()
+                       and len(p.name) == len(name))
+        agent = str(self.config.hydra.runtime.choices.get("agent"))
+        return [f"{agent}+{prefix[len(agent) + 1:]}", *found] if found else []
+
+    def place(self, name: str) -> None:
+        """The sweep's folder: hydra.sweep.dir where the user set it, else multirun/<study name>."""
+        sweep = OmegaConf.to_container(self.config.hydra.sweep, resolve=False)
+        if sweep.get("dir") == DEFAULT_SWEEP_DIR:
+            self.sweep_dir = (Path.cwd() / "multirun" / name).resolve()
+        else:
+            self.sweep_dir = Path(str(self.config.hydra.sweep.dir)).expanduser().resolve()
+        with read_write(self.config.hydra.sweep), open_dict(self.config.hydra.sweep):
+            self.config.hydra.sweep.dir = str(self.sweep_dir)
+
+    def open_study(self, distributions: Mapping[str, BaseDistribution], name: str | None = None) -> optuna.Study:
+        name = name or str(self.s["study_name"])
+        url = str(self.s["storage"] or f"sqlite:///{self.sweep_dir / 'optuna.db'}")
+        self.storage = make_storage(url, int(self.s["heartbeat_interval"]), int(self.s["grace_period"]))
+        self.storage_url = storage_url(self.storage, url)
+        exists = name in optuna.study.get_all_study_names(self.storage)
+        try:
+            study = optuna.create_study(study_name=name, storage=self.storage, sampler=self.s["sampler"],
+                                        directions=self.directions, load_if_exists=True)
+        except ValueError as e:
+            raise SweepError(f"study {name}: {one_line(e)}; start a new study with hydra.sweeper.study_name=<new name>")
+        if [d.name.lower() for d in study.directions] != self.directions:
+            raise SweepError(f"study {name} was run with directions {[d.name.lower() for d in study.directions]}; "
+                             "start a new study with hydra.sweeper.study_name=<new name>")
+        # Optuna caches the trials this process asked for and would not see what the trial processes report
+        # (intermediate values: the pruned trials' values, the plots); read the storage itself instead.
+        if type(study._storage).__name__ == "_CachedStorage":
+            study._storage = study._storage._backend
+        if exists:
+            stale = []
+            if hasattr(self.storage, "_get_stale_trial_ids"):  # RUNNING, no heartbeat for grace_period
+                stale = self.storage._get_stale_trial_ids(study._study_id)
+            for trial_id in stale:
+                self.storage.set_trial_user_attr(trial_id, "error", "left running by a sweep that was stopped")
+                self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
+                self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            self.check_search_space(study, distributions)
+            trials = study.get_trials(deepcopy=False)
+            counts = {s.name: sum(t.state == s for t in trials) for s in TrialState}
+            log.info(f"continuing study {name} ({len(trials)} trials so far: "
+                     + ", ".join(f"{n} {k}" for k, n in counts.items() if n)
+                     + (f"; marked {len(stale)} trial(s) left running by a stopped sweep FAIL" if stale else "") + ")")
+        else:
+            study.set_user_attr(SPACE_ATTR, described(distributions))
+            others = self.sibling_studies(name)
+            log.info(f"new study {name} in {self.storage_url}" + (
+                f"; other studies of {others[0]} here: {', '.join(others[1:])} (another search space or other fixed "
+                "values; hydra.sweeper.study_name=<name> continues one)" if others else ""))
+        return study
+
+    def check_search_space(self, study: optuna.Study, distributions: Mapping[str, BaseDistribution]) -> None:
+        """A continued study must search the space it was made with (kept in the study; for a study made before
+        that, the first trial's distributions that cover it)."""
+        new = described(distributions)
+        old = study.user_attrs.get(SPACE_ATTR)
+        if old is None:
+            trial = next((t for t in study.get_trials(deepcopy=False) if t.distributions
+                          and not t.user_attrs.get(BASELINE_ATTR)), None)
+            if trial is None:
+                return
+            old = described(trial.distributions)
+        if old == new:
+            return
+        changed = sorted(set(old) ^ set(new)) + sorted(k for k in set(old) & set(new) if old[k] != new[k])
+        detail = "; ".join(f"{k}: {old.get(k, 'absent')} -> {new.get(k, 'absent')}" for k in changed[:3])
+        raise SweepError(f"study {study.study_name} was run with another search space ({detail}); start a new "
+                         f"study with hydra.sweeper.study_name=<new name>, or repeat the original ranges")
+
+    # -- the loop -------------------------------------------------------------------------------------------
+    def run(self, arguments: list[str]) -> None:
+        params = [f"{k}={v}" for k, v in (self.s.get("params") or {}).items()]
+        distributions, fixed, is_grid = search_space(params + list(arguments))
+        for key in fixed:
+            distributions.pop(key, None)
+        self.check_space(distributions, is_grid)
+        self.check_evaluations(distributions, fixed)
+        self.check_choices(distributions, fixed)
+        self.cap = self.s.get("max_env_steps")
+        self.job_steps = self.trial_steps(fixed, distributions) // self.n_seeds if self.cap else 0
+        if self.cap and self.job_steps * self.n_seeds > self.cap:
+            raise SweepError(f"hydra.sweeper.max_env_steps={self.cap}: one trial trains up to "
+                             f"{self.job_steps * self.n_seeds:,} env steps (run.max_steps x seeds_per_trial); raise "
+                             "it or shorten the trials")
+        name = self.study_name(distributions, fixed)
+        self.place(name)
+        study = self.open_study(distributions, name)
+        self.distributions, self.is_grid = distributions, is_grid
+        self.fixed = {k: v for k, v in fixed.items() if not (k == "seed" and self.n_seeds > 1)}
+        self.n_trials = min(int(self.s["n_trials"]), len(grid_points(distributions))) if is_grid \
+            else int(self.s["n_trials"])
+        Started.value = True
+        self.failed_points: list[dict[str, Any]] = []
+        held = len(counted_trials(study))
+        seeds = f", {self.n_seeds} seeds each" if self.n_seeds > 1 else ""
+        if held >= self.n_trials:
+            log.info(f"study {study.study_name} already holds {held} trial(s) (hydra.sweeper.n_trials={self.n_trials}"
+                     f"{', the whole grid' if is_grid else ''}); raise hydra.sweeper.n_trials to add more")
+        else:
+            log.info(f"sweep dir {self.sweep_dir}; trials until the study holds {self.n_trials}{seeds}, "
+                     f"{self.s['n_jobs']} job(s) at a time; one line per trial (each trial's log: trial_<n>/)")
+            self.search(study)
+        if self.confirm:
+            self.run_confirmation(study)
+        self.report(study)
+
+    def search(self, study: optuna.Study) -> None:
+        """Keep every slot busy: a free slot takes a waiting seed of a running trial, else a new trial."""
+        slots = Slots(self.launcher, self.s["n_jobs"])
+        running: list[Running] = []
+        finished = failed = 0
+        with Heartbeat(self.storage, float(self.s["heartbeat_interval"])) as beat:
+            try:
+                while True:
+                    while slots.free:
+                        job = self.next_pending(running)
+                        if job is None:
+                            trial = self.claim(study)
+                            if trial is None:
+                                break
+                            beat.add(trial._trial_id)
+                            running.append(self.trial_jobs(study, trial))
+                            job = self.next_pending(running)
+                        slots.start(job)
+                    if not slots.running:
+                        break
+                    for job in slots.next_done():
+                        owner: Running = job.owner
+                        owner.ended.append(job)
+                        if job.seed_index == 0:
+                            self.storage.set_trial_user_attr(owner.trial._trial_id, LEADER_ENDED, True)
+                        state, _, _ = self.outcome(job.result)
+                        if state != TrialState.COMPLETE:
+                            owner.stop = True
+                            owner.ended += owner.pending
+                            owner.pending = []
+                        if owner.finished:
+                            running.remove(owner)
+                            beat.trial_ids.discard(owner.trial._trial_id)
+                            finished += 1
+                            failed += self.record(study, owner)
+                            self.check_failures(study, finished, failed)
+            except KeyboardInterrupt:
+                for owner in running:
+                    owner.trial.set_user_attr(INTERRUPTED_ATTR, True)
+                    self.tell(study, owner.trial, TrialState.FAIL, None, "the sweep was interrupted", 0.0)
+                log.error(f"interrupted after {finished} trial(s); run the same command again to continue study "
+                          f"{study.study_name}")
+                self.report(study)
+                raise SystemExit(130)
+            finally:
+                slots.close()
+        if self.cap and self.budget_left(study) < self.job_steps * self.n_seeds and len(counted_trials(study)) \
+                < self.n_trials:
+            spent = self.cap - self.budget_left(study)
+            log.info(f"the study's env-step budget is spent: {spent:,} of hydra.sweeper.max_env_steps={self.cap:,}; "
+                     f"one more trial could train {self.job_steps * self.n_seeds:,}")
+
+    def check_failures(self, study: optuna.Study, finished: int, failed: int) -> None:
+        rate = float(self.s["max_failure_rate"])
+        if failed / finished > rate and (finished >= 3 or failed == finished == self.n_trials
+                                          or failed == finished >= 2 * self.s["n_jobs"]):
+            self.report(study)
+            raise SweepError(f"{failed} of {finished} trials failed (hydra.sweeper.max_failure_rate={rate}); "
+                             f"each trial's error is in its line above and its log in {self.sweep_dir}/trial_<n>/")
+
+    @staticmethod
+    def next_pending(running: list[Running]) -> Job | None:
+        for owner in running:
+            if owner.pending and not owner.stop:
+                return owner.pending.pop(0)
+        return None
+
+    def budget_left(self, study: optuna.Study) -> int:
+        """max_env_steps less what finished trials trained and what running ones may train (their full length)."""
+        used = 0
+        for trial in study.get_trials(deepcopy=False):
+            if trial.state == TrialState.RUNNING:
+                used += int(trial.user_attrs.get(RESERVED_ATTR, 0))
+            else:
+                used += int(trial.user_attrs.get(STEPS_ATTR, 0))
+        return self.cap - used
+
+    def claim(self, study: optuna.Study) -> optuna.trial.Trial | None:
+        """The study's next trial for this worker, or None when the study holds n_trials (a grid: each point once)
+        or the step budget can't take one more. Under the claim lock, so that workers never overshoot."""
+        with claim_lock(self.storage, self.storage_url, study.study_name):
+            trials = study.get_trials(deepcopy=False)
+            counted = counted_trials(study, trials)
+            if len(counted) >= self.n_trials:
+                return None
+            if self.cap and self.budget_left(study) < self.job_steps * self.n_seeds:
+                return None
+            rest: dict[str, Any] = {}
+            if self.is_grid:
+                taken = [t.params for t in counted if t.state != TrialState.FAIL] + self.failed_points
+                point = next((p for p in grid_points(self.distributions) if p not in taken), None)
+                if point is None:
+                    return None
+                study.enqueue_trial(point)
+            elif self.s.get("baseline") and not trials:
+                inside, rest = baseline_params(self.s["baseline"], self.distributions)
+                study.enqueue_trial(inside)
+                self.say_baseline(inside, rest)
+            trial = study.ask()
+            if rest:
+                trial.set_user_attr(BASELINE_ATTR, rest)
+            if self.cap:
+                trial.set_user_attr(RESERVED_ATTR, self.job_steps * self.n_seeds)
+        self.suggest(study, trial)
+        return trial
+
+    def say_baseline(self, inside: dict[str, Any], rest: dict[str, Any]) -> None:
+        sampled = sorted(set(self.distributions) - set(inside) - set(rest))
+        log.info("trial 0 trains the baseline: " + " ".join(f"{k}={_format(v) if isinstance(v, float) else v}"
+                                                          for k, v in {**inside, **rest}.items())
+                 + (f" (outside the search space: {', '.join(rest)})" if rest else "")
+                 + (f"; sampled: {', '.join(sampled)}" if sampled else ""))
+
+    def suggest(self, study: optuna.Study, trial: optuna.trial.Trial) -> None:
+        # draws depend on (seed, trial number): reproducible, and distinct across resumed or concurrent sweeps
+        reseed(study.sampler, self.seed * 100_003 + trial.number)
+        fixed = trial.user_attrs.get(BASELINE_ATTR, {})
+        for name, dist in self.distributions.items():
+            if name not in fixed:
+                trial._suggest(name, dist)
+
+    def trial_jobs(self, study: optuna.Study, trial: optuna.trial.Trial) -> Running:
+        """One job per seed (the first reports to the pruner), numbered trial x seeds_per_trial + i."""
+        jobs = []
+        for index, seed in enumerate(self.trial_seeds()):
+            subdir = f"trial_{trial.number}" + (f"/seed_{seed}" if self.n_seeds > 1 else "")
+            overrides = self.trial_overrides(study, trial, seed, subdir, leader=index == 0)
+            jobs.append(Job(overrides, trial.number * self.n_seeds + index, subdir, seed_index=index, seed=seed))
+        owner = Running(trial, jobs, pending=list(jobs))
+        for job in jobs:
+            job.owner = owner
+        return owner
+
+    def trial_seeds(self) -> list[int | None]:
+        """The seeds of one trial: the config's seed alone, or seed, seed+1, ... with seeds_per_trial."""
+        return [None] if self.n_seeds == 1 else [self.seed + i for i in range(self.n_seeds)]
+
+    def trial_overrides(self, study: optuna.Study, trial: optuna.trial.FrozenTrial | optuna.trial.Trial,
+                        seed: int | None, subdir: str, leader: bool = True, report: bool = True) -> list[str]:
+        trial_id = trial._trial_id if report else None
+        spec = {"storage": self.storage_url, "study": study.study_name, "trial_id": trial_id,
+                "prune": self.prune and report, "leader": leader, "pruner": self.s["pruner"],
+                "warmup_trials": self.s["warmup_trials"], "warmup_steps": self.s["warmup_steps"],
+                "reports": self.s["reports"], "last_evals": self.s["last_evals"]}
+        values = {**params_of(trial), **self.fixed}
+        if seed is not None:
+            values.pop("seed", None)
+            values["seed"] = seed
+        return [*(f"{k}={v}" for k, v in values.items()),
+                f"hydra.sweep.dir='{self.sweep_dir}'", f"hydra.sweep.subdir={subdir}",
+                f"++hydra.job.env_set.{TRIAL_ENV}='{json.dumps(spec)}'"]
+
+    def trial_steps(self, fixed: Mapping[str, str], distributions: Mapping[str, BaseDistribution]) -> int:
+        """The env steps one trial may train on all its seeds (its run.max_steps x seeds_per_trial), for
+        max_env_steps: run.max_steps must be one value for every trial."""
+        if any(k.lstrip("+~") == "run.max_steps" for k in distributions):
+            raise SweepError("hydra.sweeper.max_env_steps budgets trials of one length: drop the sweep over "
+                             "run.max_steps or hydra.sweeper.max_env_steps")
+        value = next((v for k, v in fixed.items() if k.lstrip("+~") == "run.max_steps"), None)
+        value = OmegaConf.select(self.config, "run.max_steps", default=None) if value is None else value
+        try:
+            return int(float(value)) * self.n_seeds
+        except (TypeError, ValueError):
+            raise SweepError(f"hydra.sweeper.max_env_steps needs a number of run.max_steps, not {_shown(value)}") \
+                from None
+
+    # -- how jobs and trials ended ------------------------------------------------------------------------
+    def outcome(self, ret: Any) -> tuple[TrialState, dict[str, float] | None, str | None]:
+        """How one job ended: (state, its metrics, its one-line error); a seed never started counts as pruned."""
+        if ret is None:
+            return TrialState.PRUNED, None, None
+        if isinstance(ret, BaseException):
+            return TrialState.FAIL, None, f"the trial's process died: {one_line(ret)}"
+        if ret.status.name == "COMPLETED":
+            metrics = ret.return_value
+            if not isinstance(metrics, dict):
+                try:
+                    metrics = {"final_eval": float(metrics)}
+                except (TypeError, ValueError):
+                    return TrialState.FAIL, None, f"the task returned {metrics!r}, not a number"
+            value = metrics.get(self.objective)
+            if value is None or not math.isfinite(value):
+                return TrialState.FAIL, None, f"objective {self.objective} is {value}"
+            return TrialState.COMPLETE, metrics, None
+        if isinstance(ret._return_value, optuna.TrialPruned):
+            return TrialState.PRUNED, None, one_line(ret._return_value)
+        return TrialState.FAIL, None, one_line(ret._return_value)
+
+    def job_steps_trained(self, job: Job) -> int:
+        """The env steps one job trained: a finished one's, a pruned one's at its pruning, else its run dir's."""
+        ret = job.result
+        if ret is None:
+            return 0
+        if not isinstance(ret, BaseException):
+            if ret.status.name == "COMPLETED" and isinstance(ret.return_value, dict):
+                return int(ret.return_value.get("steps", 0))
+            steps = getattr(ret._return_value, "steps", None)
+            if steps is not None:
+                return int(steps)
+        return steps_on_disk(self.sweep_dir / job.subdir)
+
+    def record(self, study: optuna.Study, owner: Running) -> int:
+        """Tell the study how the trial (all its seeds) ended and print its line; returns 1 for a failure."""
+        trial, jobs = owner.trial, sorted(owner.jobs, key=lambda j: j.seed_index)
+        outcomes = [self.outcome(job.result) for job in jobs]
+        trial.set_user_attr(STEPS_ATTR, sum(self.job_steps_trained(job) for job in jobs))
+        started = [job.started for job in jobs if job.started]
+        seconds = max(job.ended for job in jobs if job.started) - min(started) if started else 0.0
+        trial.set_user_attr("started", round(min(started), 3) if started else None)
+        trial.set_user_attr("ended", round(max(job.ended for job in jobs if job.started), 3) if started else None)
+        states = [state for state, _, _ in outcomes]
+        errors = [error for _, _, error in outcomes if error]
+        values: list[float] | None = None
+        if TrialState.FAIL in states:
+            state = TrialState.FAIL
+            if self.is_grid:
+                self.failed_points.append(dict(trial.params))
+        elif TrialState.PRUNED in states:
+            state = TrialState.PRUNED
+        else:
+            state = TrialState.COMPLETE
+            per_seed = [metrics[self.objective] for _, metrics, _ in outcomes]
+            train_seconds = sum(metrics.get("train_seconds", math.nan) for _, metrics, _ in outcomes) / len(outcomes)
+            if self.n_seeds > 1:
+                trial.set_user_attr("seed_values", [round(v, 6) for v in per_seed])
+            trial.set_user_attr("train_seconds", round(train_seconds, 3))
+            values = [aggregate(per_seed, self.aggregate)]
+            if self.multi:
+                values.append(train_seconds)
+        error = errors[0] if errors and state != TrialState.COMPLETE else None
+        self.tell(study, trial, state, values, error, seconds)
+        params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params_of(trial).items())
+        shown = " ".join(map(_format, values)) if values else "-"
+        log.info(f"trial {trial.number:>3} {state.name:<8} {shown:>9} {seconds:7.1f} s  {params}"
+                 + (f"  | {error}" if error else ""))
+        return int(state == TrialState.FAIL)
+
+    def tell(self, study, trial, state, values, error, seconds) -> None:
+        trial.set_user_attr("seconds", round(seconds, 2))
+        if error:
+            trial.set_user_attr("error", error)
+        try:
+            study.tell(trial, values, state=state)
+        except RuntimeError as e:  # already finished (marked FAIL by another sweeper)
+            log.warning(f"trial {trial.number}: {e}")
+
+    # -- the confirmation round --------------------------------------------------------------------------
+    def run_confirmation(self, study: optuna.Study) -> None:
+        """Re-run the top_k configurations on `seeds` fresh seeds, n_jobs at a time; their results are kept in the
+        study's user attributes (confirm_<trial>: {seed: objective}), so a continued sweep runs only the missing
+        ones."""
+        top_k, n = self.confirm["top_k"], self.confirm["seeds"]
+        top = self.ranked(study)[:top_k]
+        seeds = [self.seed + CONFIRM_SEED_OFFSET + j for j in range(n)]
+        jobs = []
+        first = self.next_job_number(study)
+        for trial in top:
+            done = study.user_attrs.get(f"confirm_{trial.number}", {})
+            for seed in seeds:
+                if str(seed) not in done:
+                    subdir = f"confirm/trial_{trial.number}_seed_{seed}"
+                    jobs.append(Job(self.trial_overrides(study, trial, seed, subdir, report=False), first + len(jobs),
+                                    subdir, owner=trial, seed=seed))
+        if not jobs:
+            return
+        log.info(f"confirmation: the top {len(top)} configuration(s) on {n} fresh seeds "
+                 f"({seeds[0]}..{seeds[-1]}): {len(jobs)} run(s)")
+        start = time.perf_counter()
+        slots = Slots(self.launcher, self.s["n_jobs"])
+        try:
+            waiting = list(jobs)
+            while waiting or slots.running:
+                while waiting and slots.free:
+                    slots.start(waiting.pop(0))
+                for job in slots.next_done():
+                    state, metrics, error = self.outcome(job.result)
+                    if state != TrialState.COMPLETE:
+                        log.warning(f"confirmation of trial {job.owner.number}, seed {job.seed}: {state.name} "
+                                    f"{error or ''}")
+                        continue
+                    done = dict(study.user_attrs.get(f"confirm_{job.owner.number}", {}))
+                    done[str(job.seed)] = metrics[self.objective]
+                    study.set_user_attr(f"confirm_{job.owner.number}", done)
+        finally:
+            slots.close()
+        log.info(f"confirmation took {time.perf_counter() - start:.1f} s")
+
+    def next_job_number(self, study: optuna.Study) -> int:
+        """The first job number after every search trial's (trial n's jobs are n * seeds_per_trial + i)."""
+        return (max((t.number for t in study.get_trials(deepcopy=False)), default=-1) + 1) * self.n_seeds
+
+
+def counted_trials(study: optuna.Study, trials: list | None = None) -> list[optuna.trial.FrozenTrial]:
+    """The trials n_trials counts: all but those a stopped or killed sweep left unfinished (run again)."""
+    trials = study.get_trials(deepcopy=False) if trials is None else trials
+    return [t for t in trials if not t.user_attrs.get(INTERRUPTED_ATTR)]
+
+
+def aggregate(values: list[float], how: str) -> float:
+    """The trial's objective from its seeds' objectives: their mean, or rliable's interquartile mean."""
+    if how == "iqm":
+        from rlexp.stats import iqm
+
+        return float(iqm(values))
+    return float(sum(values) / len(values))
+
+
+def reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:
+    """Reseed the sampler (and the random sampler it starts with) in place."""
+    for part in (sampler, getattr(sampler, "_random_sampler", None), getattr(sampler, "_independent_sampler", None)):
+        for attr in ("_rng", "_cma_rng"):
+            state = getattr(part, attr, None)
+            state = getattr(state, "rng", state)  # Optuna's LazyRandomState wraps a NumPy RandomState
+            if hasattr(state, "seed"):
+                state.seed(seed % 2**32)
