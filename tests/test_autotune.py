@@ -220,18 +220,26 @@ def test_the_budget_sets_the_first_rung_so_that_the_expected_study_fits(settings
     assert budget.env_steps == int(settings.get("budget", 1) * max_steps) and budget.eval_deterministic is False
 
 
-@pytest.mark.parametrize("agent,env", [("a2c", "pendulum"), ("trpo", "pendulum"), ("td3", "pendulum"),
-                                       ("ddpg", "pendulum"), ("sac", "pendulum"), ("a2c", "cartpole")])
-def test_the_search_spaces_compose_and_search_settings_the_agent_has(agent, env):
+@pytest.mark.parametrize("space,agent,env", [("a2c", "a2c", "pendulum"), ("trpo", "trpo", "pendulum"),
+                                             ("td3", "td3", "pendulum"), ("ddpg", "ddpg", "pendulum"),
+                                             ("sac", "sac", "pendulum"), ("a2c", "a2c", "cartpole"),
+                                             ("a2c_continuous", "a2c", "pendulum"), ("dqn", "dqn", "cartpole")])
+def test_the_search_spaces_compose_and_search_settings_the_agent_has(space, agent, env):
     from hydra import compose, initialize_config_module
 
     with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
-        c = compose(config_name="config", overrides=[f"+sweep={agent}", f"agent={agent}", f"env={env}"],
+        c = compose(config_name="config", overrides=[f"+sweep={space}", f"agent={agent}", f"env={env}"],
                     return_hydra_config=True)
-    assert c.run.max_steps == 5e4 and c.hydra.sweeper.n_trials == 40
-    dists, fixed, grid = search_space([f"{k}={v}" for k, v in c.hydra.sweeper.params.items()])
-    assert len(dists) >= 5 and not grid
-    assert "agent.lr" in dists and dists["agent.lr"].log
-    for key in c.hydra.sweeper.params:
-        section, name = key.split(".")
-        assert name in c[section], key
+        assert c.run.max_steps == 5e4 and c.hydra.sweeper.n_trials == 40
+        dists, fixed, grid = search_space([f"{k}={v}" for k, v in c.hydra.sweeper.params.items()])
+        assert len(dists) >= 5 and not grid
+        assert "agent.lr" in dists and dists["agent.lr"].log
+        for key in c.hydra.sweeper.params:
+            if "." not in key:  # a config group: each option composes
+                for option in dists[key].choices:
+                    compose(config_name="config", overrides=[f"agent={agent}", f"env={env}", f"{key}={option}"])
+                continue
+            section, name = key.split(".")
+            assert name in c[section], key
+    if space == "a2c_continuous":  # the discrete space and gSDE
+        assert {"agent.normalize_obs", "env.n_envs", "model", "agent.use_sde", "agent.sde_sample_freq"} <= set(dists)

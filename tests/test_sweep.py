@@ -313,23 +313,28 @@ def test_two_objectives_give_a_pareto_front_in_a_journal_file_that_optuna_dashbo
     assert study["study_name"] == "mo" and study["directions"] == ["maximize", "minimize"]
 
 
-@pytest.mark.skipif(not os.environ.get("RLEXP_TEST_POSTGRES"), reason="needs RLEXP_TEST_POSTGRES (set by .ci/run)")
-def test_two_sweepers_share_a_postgresql_study(tmp_path):
-    url = os.environ["RLEXP_TEST_POSTGRES"]
-    study = f"pg_{os.getpid()}_{int(time.time())}"
-    # the shared study is what this tests: with the median pruner, a trial compared with the other sweeper's
-    # trials can be pruned (one was, in CI on 2026-11-22)
+@pytest.mark.parametrize("backend", ["journal", "postgresql"])
+def test_two_workers_on_one_storage_fill_the_study_to_exactly_n_trials(tmp_path, backend):
+    """The same command started twice against one storage (a journal file, PostgreSQL): the workers pull trials
+    until the study holds n_trials (5 in all, not 5 each), each trial once, numbered 0-4."""
+    if backend == "postgresql" and not os.environ.get("RLEXP_TEST_POSTGRES"):
+        pytest.skip("needs RLEXP_TEST_POSTGRES (set by .ci/run)")
+    url = os.environ["RLEXP_TEST_POSTGRES"] if backend == "postgresql" else f"journal:///{tmp_path}/shared/study.log"
+    study = f"w_{os.getpid()}_{int(time.time())}"
     args = [sys.executable, "-m", "rlexp", "-m", *TINY, "run.max_steps=1024", "agent.lr=tag(log,interval(1e-4,1e-2))",
-            "hydra.sweeper.n_trials=3", "hydra.sweeper.n_jobs=1", f"hydra.sweeper.storage={url}",
+            "hydra.sweeper.n_trials=5", "hydra.sweeper.n_jobs=1", f"hydra.sweeper.storage={url}",
             f"hydra.sweeper.study_name={study}", "hydra.sweeper.pruner=none"]
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
     procs = [subprocess.Popen(args, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
              for _ in range(2)]
     outputs = [p.communicate(timeout=600)[0] for p in procs]
     assert [p.returncode for p in procs] == [0, 0], "\n".join(o[-2000:] for o in outputs)
-    done = trials(tmp_path, study, url)
-    assert len(done) == 6 and all(t.state == TrialState.COMPLETE for t in done)
-    assert len({t.number for t in done}) == 6 and len({t.params["agent.lr"] for t in done}) == 6
+    storage = make_storage(url) if backend == "journal" else url
+    done = optuna.load_study(study_name=study, storage=storage).get_trials()
+    assert sorted(t.number for t in done) == [0, 1, 2, 3, 4] and all(t.state == TrialState.COMPLETE for t in done)
+    assert len({t.params["agent.lr"] for t in done}) == 5 and len({t.user_attrs["pid"] for t in done}) == 5
+    ran = [sum(line.startswith("trial ") for line in o.splitlines()) for o in outputs]
+    assert sum(ran) == 5 and min(ran) >= 1, ran  # both workers took trials
     assert all("FAIL" not in o and "rror" not in o for o in outputs)
 
 

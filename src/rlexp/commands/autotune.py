@@ -101,8 +101,8 @@ def autotune(cfg: DictConfig) -> float:
     if cfg.get("resume"):
         raise UserError("+resume continues a training run; mode=autotune starts a study: drop +resume")
     agent, overrides = choices()["agent"], split_overrides(command_overrides())
-    space = check_space(agent, overrides.space)
     trial_cfg = check_pair(cfg)
+    space = check_space(agent, overrides.space, cfg)
     searched = searched_keys(space, overrides)
     learning_start = 0 if "buffer.initial_size" in searched else int(
         OmegaConf.select(trial_cfg, "buffer.initial_size", default=0) or 0)
@@ -248,8 +248,15 @@ def check_budget(cfg: DictConfig, max_steps: int, learning_start: int = 0, slots
                   episodes, deterministic, learning_start)
 
 
-def check_space(agent: str, space: str | None) -> str:
-    """The search space's preset: +sweep=<name>, else sweep/<agent>.yaml (the user's own or rlexp's)."""
+def check_space(agent: str, space: str | None, cfg: DictConfig | None = None) -> str:
+    """The search space's preset: +sweep=<name>, else sweep/<agent>_<continuous|discrete>.yaml where there is one
+    for the env's actions (a2c_continuous: gSDE), else sweep/<agent>.yaml (the user's own or rlexp's)."""
+    if space is None and cfg is not None:
+        from rlexp.fallback import env_kind
+
+        kind = env_kind(cfg.env, int(cfg.seed)).split("_")[0]
+        if preset_exists("sweep", f"{agent}_{kind}"):
+            return f"{agent}_{kind}"
     name = space or agent
     if not preset_exists("sweep", name):
         given = f"+sweep={space}" if space else f"agent={agent}"

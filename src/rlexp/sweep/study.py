@@ -230,15 +230,16 @@ class OptunaSweep(Report):
         study = self.open_study(distributions, name)
         self.distributions, self.is_grid = distributions, is_grid
         self.fixed = {k: v for k, v in fixed.items() if not (k == "seed" and self.n_seeds > 1)}
-        self.n_trials = min(int(self.s["n_trials"]), len(grid_points(distributions))) if is_grid \
-            else int(self.s["n_trials"])
+        self.n_trials = int(self.s["n_trials"])
         Started.value = True
         self.failed_points: list[dict[str, Any]] = []
         held = len(counted_trials(study))
         seeds = f", {self.n_seeds} seeds each" if self.n_seeds > 1 else ""
-        if held >= self.n_trials:
-            log.info(f"study {study.study_name} already holds {held} trial(s) (hydra.sweeper.n_trials={self.n_trials}"
-                     f"{', the whole grid' if is_grid else ''}); raise hydra.sweeper.n_trials to add more")
+        if is_grid and not self.grid_left(study):
+            log.info(f"study {study.study_name} already holds every point of its grid ({held} trial(s))")
+        elif held >= self.n_trials:
+            log.info(f"study {study.study_name} already holds {held} trial(s) (hydra.sweeper.n_trials={self.n_trials}); "
+                     "raise hydra.sweeper.n_trials to add more")
         else:
             log.info(f"sweep dir {self.sweep_dir}; trials until the study holds {self.n_trials}{seeds}, "
                      f"{self.s['n_jobs']} job(s) at a time; one line per trial (each trial's log: trial_<n>/)")
@@ -336,11 +337,10 @@ class OptunaSweep(Report):
                 return None
             rest: dict[str, Any] = {}
             if self.is_grid:
-                taken = [t.params for t in counted if t.state != TrialState.FAIL] + self.failed_points
-                point = next((p for p in grid_points(self.distributions) if p not in taken), None)
-                if point is None:
+                left = self.grid_left(study, counted)
+                if not left:
                     return None
-                study.enqueue_trial(point)
+                study.enqueue_trial(left[0])
             elif self.s.get("baseline") and not trials:
                 inside, rest = baseline_params(self.s["baseline"], self.distributions)
                 study.enqueue_trial(inside)
@@ -352,6 +352,12 @@ class OptunaSweep(Report):
                 trial.set_user_attr(RESERVED_ATTR, self.job_steps * self.n_seeds)
         self.suggest(study, trial)
         return trial
+
+    def grid_left(self, study: optuna.Study, counted: list | None = None) -> list[dict[str, Any]]:
+        """The grid's points no trial has taken (a failed one's are taken for this command, not the next)."""
+        counted = counted_trials(study) if counted is None else counted
+        taken = [t.params for t in counted if t.state != TrialState.FAIL] + self.failed_points
+        return [p for p in grid_points(self.distributions) if p not in taken]
 
     def say_baseline(self, inside: dict[str, Any], rest: dict[str, Any]) -> None:
         sampled = sorted(set(self.distributions) - set(inside) - set(rest))

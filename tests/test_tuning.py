@@ -1,0 +1,206 @@
+"""Tuning that finds better settings: only unfinished trials are pruned, rungs fall after learning starts and ties
+don't promote every trial, job slots never wait for each other, the step budget is a hard cap, a baseline study
+continues, and autotune's preset is found by the command the user typed."""
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import optuna
+import pandas as pd
+import pytest
+from hydra.core.utils import JobReturn, JobStatus
+from omegaconf import OmegaConf
+from optuna.distributions import FloatDistribution
+from optuna.trial import TrialState
+
+from rlexp.sweep import OptunaSweep, halving_rungs, make_pruner, make_storage
+
+TINY = ["run.eval_episodes=2", "agent.n_steps=32", "env.n_envs=4", "agent.ppo_epochs=2"]
+SETTINGS = dict(sampler={"_target_": "optuna.samplers.RandomSampler", "seed": 0}, direction="maximize",
+                directions=None, objective="final_eval", last_evals=3, seeds_per_trial=1, aggregate="mean",
+                confirm=None, storage=None, study_name="s", n_trials=3, n_jobs=2, max_failure_rate=1.0, params=None,
+                pruner="none", warmup_trials=1, warmup_steps=None, reports=10, heartbeat_interval=10,
+                grace_period=60, baseline=None, max_env_steps=None)
+
+
+def rlexp(cwd, *args, timeout=600):
+    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, env=env)
+
+
+# ----- pruning only stops unfinished trials ------------------------------------------------------------------
+@pytest.mark.parametrize("pruner,max_steps,interval,warmup,prefilled_at", [
+    ("halving", 2048, 2048, 2048, [2048]),        # one rung (autotune.rungs=1): its only evaluation is the last
+    ("halving", 4608, 512, 512, [4608]),          # three rungs L, 3L, 9L: the top one is the trial's end
+    ("median", 2048, 1024, 0, [2048]),            # the median pruner at the last evaluation
+    ("median", 2500, 1000, 0, [2560]),            # eval_interval not dividing max_steps: the end is 2,560
+])
+def test_a_trial_that_trains_its_full_length_is_complete(tmp_path, pruner, max_steps, interval, warmup, prefilled_at):
+    """A study holds a finished trial far ahead at the trial's last evaluation only; the trial the sweep runs is
+    behind it there, so a pruner asked at that evaluation would prune it. It trained its full length: COMPLETE."""
+    folder = tmp_path / "multirun" / "full"
+    folder.mkdir(parents=True)
+    study = optuna.create_study(study_name="full", storage=f"sqlite:///{folder}/optuna.db", direction="maximize")
+    ahead = optuna.trial.create_trial(value=1e9, intermediate_values={step: 1e9 for step in prefilled_at},
+                                      user_attrs={f"rung_{step}": 1e9 for step in prefilled_at},
+                                      system_attrs={"completed_rung_0": 1e9, "completed_rung_1": 1e9,
+                                                    "completed_rung_2": 1e9})
+    study.add_trial(ahead)
+    result = rlexp(tmp_path, "-m", *TINY, f"run.max_steps={max_steps}", f"run.eval_interval={interval}",
+                   "agent.lr=choice(1e-3)", "hydra.sweeper.study_name=full", f"hydra.sweeper.pruner={pruner}",
+                   f"hydra.sweeper.warmup_steps={warmup}", "hydra.sweeper.warmup_trials=1",
+                   "hydra.sweeper.n_trials=2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    ran = [t for t in optuna.load_study(study_name="full", storage=f"sqlite:///{folder}/optuna.db").trials
+           if t.number > 0]
+    assert [t.state for t in ran] == [TrialState.COMPLETE], [(t.state, t.user_attrs.get("error")) for t in ran]
+    assert all(max(t.intermediate_values) >= max_steps for t in ran)  # the final evaluation is recorded
+
+
+def test_halving_rungs_fall_after_learning_starts_and_before_the_end():
+    assert halving_rungs(90_000, 0, None) == [10_000, 30_000]              # 1/9 and 1/3 of the trial
+    assert halving_rungs(100_001, 10_001, None) == [20_001, 40_001]        # of the steps after the warm-up
+    assert halving_rungs(10_000 + 9 * 1_500, 10_001, 1_500) == [11_501, 14_501]  # autotune: L, 3L past it
+    assert halving_rungs(4_000, 1_000, 3_000) == []                        # one length: nothing to compare
+
+
+def test_ties_at_a_rung_promote_only_the_trial_that_got_there_first():
+    """Four trials reach the rung with the same score (a sparse reward: all -200): Optuna's successive halving
+    promotes all four; here the first goes on and the others, no better than it, stop."""
+    study = optuna.create_study(direction="maximize", pruner=make_pruner("halving", 1, 100, max_steps=1000))
+    decisions = []
+    for _ in range(4):
+        trial = study.ask()
+        trial.report(-200.0, 100)
+        decisions.append(trial.should_prune())
+    assert decisions == [False, True, True, True]
+    better = study.ask()  # a trial strictly ahead of all of them goes on
+    better.report(-150.0, 100)
+    assert not better.should_prune()
+
+
+def test_the_median_pruner_waits_for_a_third_of_the_steps_after_learning_starts():
+    assert make_pruner("median", 5, None, max_steps=30_000)._n_warmup_steps == 10_000
+    assert make_pruner("median", 5, None, max_steps=31_000, learning_start=1_000)._n_warmup_steps == 11_000
+    assert make_pruner("median", 5, 0, max_steps=30_000)._n_warmup_steps == 0
+
+
+# ----- job slots, budgets, baselines (a launcher that stands in for the trials' processes) ---------------------
+class TimedLauncher:
+    """Each job sleeps, then ends as its trial's number says: {trial: (seconds, "complete" | "pruned" | "fail",
+    env steps)}; a job's run dir gets a history of the steps it trained, as a real one would."""
+
+    def __init__(self, sweep_dir: Path, plan: dict[int, tuple[float, str, int]]) -> None:
+        self.sweep_dir, self.plan, self.calls = sweep_dir, plan, []
+
+    def launch(self, job_overrides, initial_job_idx):
+        (overrides,) = job_overrides
+        subdir = next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.subdir="))
+        trial = int(subdir.split("/")[0].split("_")[1])
+        seconds, how, steps = self.plan[trial]
+        self.calls.append((subdir, time.time()))
+        time.sleep(seconds)
+        run_dir = self.sweep_dir / subdir
+        run_dir.mkdir(parents=True, exist_ok=True)
+        pd.DataFrame({"step": [steps // 2, steps]}).to_parquet(run_dir / "history.parquet")
+        ret = JobReturn()
+        if how == "complete":
+            ret.status, ret.return_value = JobStatus.COMPLETED, {"final_eval": float(trial), "steps": steps}
+        elif how == "pruned":
+            error = optuna.TrialPruned(f"pruned at step {steps}")
+            error.steps = steps
+            ret.status, ret._return_value = JobStatus.FAILED, error
+        else:
+            ret.status, ret._return_value = JobStatus.FAILED, RuntimeError("the trial's process died")
+        return [ret]
+
+
+def sweep_of(tmp_path: Path, plan, max_steps: int = 1000, **settings) -> tuple[OptunaSweep, TimedLauncher]:
+    config = OmegaConf.create({"seed": 0, "run": {"max_steps": max_steps, "eval_episodes": 2},
+                               "env": {"id": "CartPole-v1"},
+                               "hydra": {"sweep": {"dir": str(tmp_path / "study")}, "job": {"config_name": "config"},
+                                         "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    launcher = TimedLauncher(tmp_path / "study", plan)
+    return OptunaSweep({**SETTINGS, **settings}, config, launcher), launcher
+
+
+def study_trials(tmp_path: Path, name: str = "s") -> list[optuna.trial.FrozenTrial]:
+    return sorted(optuna.load_study(study_name=name, storage=f"sqlite:///{tmp_path}/study/optuna.db").trials,
+                  key=lambda t: t.number)
+
+
+def test_a_pruned_trials_slot_starts_the_next_job_before_its_partner_ends(tmp_path):
+    """n_jobs=2: trial 0 runs 2 s, trial 1 is pruned after 0.3 s; trial 2 starts in trial 1's slot at once, not
+    when trial 0 ends (a batch would wait for it), and each trial's seconds are its own."""
+    sweep, launcher = sweep_of(tmp_path, {0: (2.0, "complete", 1000), 1: (0.3, "pruned", 200),
+                                          2: (0.3, "complete", 1000)})
+    sweep.run(["agent.lr=tag(log,interval(1e-4,1e-2))"])
+    trials = study_trials(tmp_path)
+    assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.COMPLETE]
+    started = dict(launcher.calls)
+    assert started["trial_2"] < trials[0].user_attrs["ended"] - 1.0  # well before trial 0 ended
+    assert trials[1].user_attrs["seconds"] < 1.0 and trials[0].user_attrs["seconds"] >= 2.0
+
+
+def test_a_trials_seeds_are_jobs_like_any_other(tmp_path):
+    """seeds_per_trial=3, n_jobs=2: trial 0's third seed starts as soon as one of its first two ends."""
+    sweep, launcher = sweep_of(tmp_path, {0: (0.5, "complete", 1000)}, seeds_per_trial=3, n_trials=1)
+    sweep.run(["agent.lr=tag(log,interval(1e-4,1e-2))"])
+    (trial,) = study_trials(tmp_path)
+    assert trial.state == TrialState.COMPLETE and trial.user_attrs["env_steps"] == 3000
+    starts = [at for _, at in sorted(launcher.calls, key=lambda c: c[1])]
+    assert starts[2] - starts[0] < 0.9  # after one seed (0.5 s), not after a batch of two and a wait
+    assert 0.9 < trial.user_attrs["seconds"] < 1.5  # two rounds of 0.5 s, not three
+
+
+def test_the_step_budget_counts_what_failed_trials_trained(tmp_path):
+    """Trials of up to 1,000 steps within max_env_steps=2,500: each fails after training 600 (its run dir says so).
+    They count 600 each, and a trial starts only while the budget holds it at its full length (1,000): three
+    trials (1,800 steps), never more than the cap."""
+    sweep, _ = sweep_of(tmp_path, {n: (0.05, "fail", 600) for n in range(10)}, n_trials=10, n_jobs=1,
+                        max_env_steps=2500)
+    sweep.run(["agent.lr=tag(log,interval(1e-4,1e-2))"])
+    trials = study_trials(tmp_path)
+    assert [t.user_attrs["env_steps"] for t in trials] == [600, 600, 600]
+    assert all(t.state == TrialState.FAIL for t in trials)
+
+
+def test_a_study_whose_baseline_lies_outside_the_space_is_continued(tmp_path):
+    """Trial 0 trains the baseline, whose entropy coefficient 0 lies outside the log interval: it is not one of the
+    trial's Optuna parameters, yet the same sweep continues the study instead of calling it another space."""
+    plan = {n: (0.05, "complete", 1000) for n in range(4)}
+    space = ["agent.lr=tag(log,interval(1e-4,1e-2))", "agent.entropy_coef=tag(log,interval(1e-8,1e-1))"]
+    baseline = {"agent.lr": 7e-4, "agent.entropy_coef": 0.0}
+    first, _ = sweep_of(tmp_path, plan, n_trials=2, baseline=baseline)
+    first.run(space)
+    again, _ = sweep_of(tmp_path, plan, n_trials=4, baseline=baseline)
+    again.run(space)
+    trials = study_trials(tmp_path)
+    assert len(trials) == 4 and trials[0].params == {"agent.lr": 7e-4}
+    assert trials[0].user_attrs["baseline_values"] == {"agent.entropy_coef": 0.0}
+
+
+def test_the_baseline_keeps_the_pairs_group_choices(monkeypatch):
+    """model=choice(mlp, mlp_large) in the space: trial 0 trains the model the pair trains untuned (auto)."""
+    import rlexp.commands.autotune as autotune
+
+    monkeypatch.setattr(autotune, "choices", lambda: {"agent": "a2c", "env": "cartpole", "model": "auto"})
+    trial_cfg = OmegaConf.create({"agent": {"lr": 7e-4, "n_steps": 5}, "model": {"name": "mlp", "layers": []}})
+    assert autotune.baseline_values(trial_cfg, {"model", "agent.lr", "agent.n_steps"}) == {
+        "agent.lr": 7e-4, "agent.n_steps": 5, "model": "auto"}
+
+
+# ----- autotune's budget and its preset ----------------------------------------------------------------------
+def test_autotune_rungs_start_after_the_warm_up_and_leave_room_for_the_trials_running_beside_the_last():
+    """TD3 with 10,000 random steps, 200,000 env steps over 10 trials x 2 seeds, 2 job slots (one trial at a time):
+    100,000 per seed less 10 warm-ups leaves 0 steps... so a budget of 3x: 300,000 / 2 = 150,000 - 100,000 = 50,000
+    over 9 + 9 x 7/3 + 1 x (9 - 7/3) = 36.67 first-rung lengths: L = 1,363; rungs at 11,363 and 14,089."""
+    from rlexp.commands.autotune import check_budget
+
+    defaults = OmegaConf.load(Path(__file__).parents[1] / "conf" / "config.yaml").autotune
+    budget = check_budget(OmegaConf.create({"autotune": {**defaults, "budget": 3}}), 100_000, 10_000, 2)
+    assert budget.eval_interval == 1_363 and budget.trial_steps == 10_000 + 9 * 1_363
+    assert budget.rung_steps == [11_363, 14_089]
