@@ -5,7 +5,8 @@ trained), then the command autotune printed on the other seeds: the tuned preset
 fallback preset's at the same budget and seeds (learning.md's `fallback-<agent>-<env>` rows, run here where
 missing) and RL Zoo's score (benchmark.md).
 
-Usage: python benchmarks/autotune.py [PAIR ...] [--seeds 0 1 2]   (PAIR names: see PAIRS)
+Usage: python benchmarks/autotune.py [PAIR ...] [--seeds 0 1 2] [--budgets 1 3]   (PAIR names: see PAIRS; each
+budget is autotune.budget, the study's env steps as a multiple of the pair's run.max_steps)
 """
 from __future__ import annotations
 
@@ -72,10 +73,12 @@ def fallback_evals(case: str, seeds: list[int]) -> list[float]:
     return [recorded[seed] for seed in seeds]
 
 
-def measure(name: str, seeds: list[int]) -> dict:
+def measure(name: str, seeds: list[int], multiple: float = 1.0) -> dict:
     case, zoo = PAIRS[name]
     args = [a for a in CASES[case][0] if a != "run.target_reward=null"]  # null already: the command as a user types it
-    cwd = WORK / name
+    if multiple != 1.0:
+        args.append(f"autotune.budget={multiple:g}")
+    cwd = WORK / f"{name}-x{multiple:g}"
     shutil.rmtree(cwd, ignore_errors=True)
     stdout, wall = rlexp(cwd / "tuned", "mode=autotune", *args, f"seed={seeds[0]}")
     (study,) = (cwd / "tuned" / "multirun").iterdir()
@@ -83,7 +86,7 @@ def measure(name: str, seeds: list[int]) -> dict:
     tuned = [final_eval(stdout)] + [final_eval(rlexp(cwd / "tuned", *reproduce_command(stdout, seed))[0])
                                     for seed in seeds[1:]]
     budget = float(next(a for a in args if a.startswith("run.max_steps=")).split("=")[1])
-    return dict(pair=name, budget=int(budget), wall_s=round(wall, 1), study_steps=results["env_steps"],
+    return dict(pair=name, budget=int(budget), multiple=multiple, wall_s=round(wall, 1), study_steps=results["env_steps"],
                 trials=results["trials"], best_trial=results["best_trial"], seeds=seeds, tuned=tuned,
                 fallback=fallback_evals(case, seeds), zoo=zoo, command=" ".join(["mode=autotune", *args]))
 
@@ -101,14 +104,16 @@ def markdown(rows: list[dict]) -> str:
              "(and each seed's) final evaluation, 20 episodes, of the training with the tuned preset (the command "
              "autotune printed, on each seed), of the fallback preset at the same budget and seeds (learning.md's "
              "`fallback-*` rows) and RL Zoo's score.", "",
-             "| pair | command | autotune wall s | study env steps | trials | best | seeds | tuned | fallback | RL Zoo |",
-             "|---|---|---:|---:|---|---:|---|---|---|---:|"]
+             "| pair | budget | command | autotune wall s | study env steps | trials | best | seeds | tuned | fallback "
+             "| RL Zoo | tuned beats fallback |",
+             "|---|---:|---|---:|---:|---|---:|---|---|---|---:|---|"]
     for r in rows:
         trials = ", ".join(f"{n} {state.lower()}" for state, n in r["trials"].items())
-        lines.append(f"| {r['pair']} | `{r['command']}` | {r['wall_s']:,.0f} | {r['study_steps']:,} "
-                     f"({r['study_steps'] / r['budget']:.2f}x) | {trials} | {r['best_trial']} | "
+        beats = "yes" if statistics.mean(r["tuned"]) > statistics.mean(r["fallback"]) else "no"
+        lines.append(f"| {r['pair']} | {r.get('multiple', 1.0):g}x | `{r['command']}` | {r['wall_s']:,.0f} | "
+                     f"{r['study_steps']:,} ({r['study_steps'] / r['budget']:.2f}x) | {trials} | {r['best_trial']} | "
                      f"{', '.join(map(str, r['seeds']))} | "
-                     f"{scores(r['tuned'])} | {scores(r['fallback'])} | {r['zoo']:.1f} |")
+                     f"{scores(r['tuned'])} | {scores(r['fallback'])} | {r['zoo']:.1f} | {beats} |")
     return "\n".join(lines)
 
 
@@ -116,6 +121,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pairs", nargs="*", metavar="PAIR", help=", ".join(PAIRS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--budgets", nargs="+", type=float, default=[1.0])
     args = parser.parse_args()
     unknown = sorted(set(args.pairs) - set(PAIRS))
     if unknown:
@@ -123,8 +129,9 @@ def main() -> None:
     started = now()
     rows = []
     for name in args.pairs or PAIRS:
-        rows.append(measure(name, args.seeds))
-        print(json.dumps(rows[-1]), flush=True)
+        for multiple in args.budgets:
+            rows.append(measure(name, args.seeds, multiple))
+            print(json.dumps(rows[-1]), flush=True)
     body = markdown(rows)
     print(body)
     print(write_table("autotune", "mode=autotune: cost and result against the fallback and RL Zoo", body, started))

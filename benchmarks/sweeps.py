@@ -5,8 +5,15 @@
    interpreter per trial, polled), alternating; per-trial seconds as the sweeper measured them.
 2. A 20-trial PPO CartPole study (conf/sweep/ppo.yaml's space, 50k steps a trial) with 3 seeds per trial and
    a confirmation round (top 5 on 5 fresh seeds): wall time, and the raw ranking next to the confirmed one.
+3. Job slots: a 20-trial PPO CartPole study with the median pruner at n_jobs=2, with this code and with an earlier
+   rlexp installed in another virtualenv (--before-python; it ran trials in batches of n_jobs), alternating:
+   wall time and the fraction of slot-time idle, from each job's own files (its console log is created when its
+   process starts; its run dir's newest file is its end).
+4. Workers: the same command twice at once on one journal file (and on PostgreSQL where RLEXP_TEST_POSTGRES names
+   a database, as .ci/postgres.sh sets it): the trials the study holds against n_trials.
 
 Usage: python benchmarks/sweeps.py [--reps 3] [--trials 20] [--skip-fixed-cost] [--skip-study]
+                                   [--before-python PATH] [--skip-slots] [--skip-workers]
 """
 from __future__ import annotations
 
@@ -31,10 +38,10 @@ LAUNCHERS = {"rlexp_local (forkserver)": ["hydra/launcher=rlexp_local"],
              "submitit_local": ["hydra/launcher=submitit_local", "hydra.launcher.timeout_min=600"]}
 
 
-def rlexp(*args: str) -> tuple[subprocess.CompletedProcess, float]:
+def rlexp(*args: str, python: str = sys.executable) -> tuple[subprocess.CompletedProcess, float]:
     WORK.mkdir(parents=True, exist_ok=True)
     start = time.perf_counter()
-    result = subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=WORK, capture_output=True, text=True)
+    result = subprocess.run([python, "-m", "rlexp", *args], cwd=WORK, capture_output=True, text=True)
     if result.returncode:
         raise SystemExit(f"rlexp {' '.join(args)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
     return result, time.perf_counter() - start
@@ -76,8 +83,110 @@ def confirmed_study(trials: int) -> dict:
                 seed_values={t.number: t.user_attrs.get("seed_values") for t in done})
 
 
-def markdown(fixed: list[dict], study: dict | None) -> str:
+SLOTS_STUDY = ["+sweep=ppo", "agent=ppo", "env=cartpole", "run.max_steps=2e4", "run.eval_interval=2000",
+               "run.eval_episodes=5", "hydra.sweeper.n_jobs=2", "hydra.sweeper.pruner=median",
+               "hydra.sweeper.warmup_trials=3", "hydra.sweeper.warmup_steps=4000"]
+
+
+def job_spans(folder: Path) -> list[tuple[float, float]]:
+    """(start, end) wall-clock seconds of each search job: its console log's creation, its run dir's newest file."""
+    spans = []
+    for out in sorted((folder / ".launcher").glob("job_*.out")):
+        number = int(out.stem.split("_")[1])
+        files = [p for p in (folder / f"trial_{number}").rglob("*") if p.is_file()]
+        files += [out, out.with_suffix(".err")]
+        spans.append((out.stat().st_ctime, max(p.stat().st_mtime for p in files if p.exists())))
+    return spans
+
+
+def slot_study(label: str, python: str, rep: int, trials: int) -> dict:
+    name = f"slots_{label}_{rep}"
+    shutil.rmtree(WORK / "multirun" / name, ignore_errors=True)
+    _, wall = rlexp("-m", *SLOTS_STUDY, f"hydra.sweeper.n_trials={trials}", f"hydra.sweeper.study_name={name}",
+                    f"hydra.sweep.dir=multirun/{name}", python=python)
+    spans = job_spans(WORK / "multirun" / name)
+    first, last = min(s for s, _ in spans), max(e for _, e in spans)
+    busy = sum(e - s for s, e in spans)
+    done = study_trials(name)
+    return dict(label=label, rep=rep, wall_s=round(wall, 1), jobs=len(spans), slot_span_s=round(last - first, 1),
+                idle=round(1 - busy / (2 * (last - first)), 3),
+                states={s: sum(t.state.name == s for t in done) for s in ("COMPLETE", "PRUNED", "FAIL")})
+
+
+def slots(before: str | None, reps: int, trials: int) -> list[dict]:
+    rows = []
+    for rep in range(reps):
+        for label, python in ([("before", before)] if before else []) + [("after", sys.executable)]:
+            rows.append(slot_study(label, python, rep, trials))
+            print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def workers(trials: int = 10) -> list[dict]:
+    """Two workers at once on one storage: the study's trials, and how many each worker ran."""
+    import os
+
+    storages = {"journal file": f"journal:///{WORK}/workers/study.log"}
+    if os.environ.get("RLEXP_TEST_POSTGRES"):
+        storages["PostgreSQL"] = os.environ["RLEXP_TEST_POSTGRES"]
+    shutil.rmtree(WORK / "workers", ignore_errors=True)
+    rows = []
+    for label, url in storages.items():
+        name = f"workers_{int(time.time())}"
+        args = [sys.executable, "-m", "rlexp", "-m", "agent=ppo", "env=cartpole", "run.max_steps=2048",
+                "run.eval_episodes=2", "agent.lr=tag(log,interval(1e-4,1e-2))", f"hydra.sweeper.n_trials={trials}",
+                "hydra.sweeper.n_jobs=1", f"hydra.sweeper.storage={url}", f"hydra.sweeper.study_name={name}",
+                f"hydra.sweep.dir=multirun/{name}"]
+        procs = [subprocess.Popen(args, cwd=WORK, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+                 for _ in range(2)]
+        outputs = [p.communicate()[0] for p in procs]
+        if any(p.returncode for p in procs):
+            raise SystemExit("\n".join(o[-3000:] for o in outputs))
+        from rlexp.sweep import make_storage
+
+        study = optuna.load_study(study_name=name, storage=make_storage(url) if url.startswith("journal") else url)
+        numbers = sorted(t.number for t in study.trials)
+        rows.append(dict(storage=label, n_trials=trials, trials=len(numbers), numbers=numbers,
+                         per_worker=[sum(line.startswith("trial ") for line in o.splitlines()) for o in outputs],
+                         states={s: sum(t.state.name == s for t in study.trials) for s in ("COMPLETE", "PRUNED", "FAIL")}))
+        print(json.dumps(rows[-1]), flush=True)
+    return rows
+
+
+def markdown(fixed: list[dict], study: dict | None, slot_rows: list[dict] | None = None,
+             worker_rows: list[dict] | None = None) -> str:
     lines = []
+    if slot_rows:
+        lines += ["## Job slots: pruned trials free their slot at once", "",
+                  f"`python -m rlexp -m {' '.join(SLOTS_STUDY)} hydra.sweeper.n_trials=20`: 20k steps a trial, "
+                  "evaluations every 2,000, the median pruner after 3 complete trials and 4,000 steps; `before` is "
+                  "rlexp at commit 5f1e77b in its own virtualenv (trials in batches of n_jobs, the sweeper waiting "
+                  "for the whole batch), `after` this code (each job launched alone as a slot frees), alternating. "
+                  "Idle: 1 - the jobs' busy seconds / (2 slots x the span from the first job's start to the last "
+                  "one's end), from each job's own files.", "",
+                  "| code | rep | wall s | slot span s | idle | trials |", "|---|---:|---:|---:|---:|---|"]
+        for r in slot_rows:
+            lines.append(f"| {r['label']} | {r['rep']} | {r['wall_s']:.1f} | {r['slot_span_s']:.1f} | "
+                         f"{r['idle']:.1%} | {r['states']} |")
+        labels = sorted({r["label"] for r in slot_rows})
+        if len(labels) == 2:
+            med = {label: (statistics.median(r["wall_s"] for r in slot_rows if r["label"] == label),
+                           statistics.median(r["idle"] for r in slot_rows if r["label"] == label)) for label in labels}
+            lines += ["", f"Medians: before {med['before'][0]:.1f} s wall, {med['before'][1]:.1%} idle; after "
+                          f"{med['after'][0]:.1f} s, {med['after'][1]:.1%} idle (wall ratio after/before "
+                          f"{med['after'][0] / med['before'][0]:.2f}). Trials differ between the two (the sampler "
+                          "draws as trials are asked, and pruning depends on which trials finished first)."]
+        lines.append("")
+    if worker_rows:
+        lines += ["## Two workers, one study", "",
+                  "The same command started twice at once (`hydra.sweeper.n_trials=10 hydra.sweeper.n_jobs=1`, "
+                  "PPO CartPole trials of 2,048 steps) against one storage:", "",
+                  "| storage | n_trials | trials in the study | trial numbers | trials per worker | states |",
+                  "|---|---:|---:|---|---|---|"]
+        for r in worker_rows:
+            lines.append(f"| {r['storage']} | {r['n_trials']} | {r['trials']} | {r['numbers'][0]}-{r['numbers'][-1]} | "
+                         f"{' + '.join(map(str, r['per_worker']))} | {r['states']} |")
+        lines.append("")
     if fixed:
         lines += ["## A trial's fixed cost", "",
                   "4 trials of 1,000 PPO CartPole steps (`run.max_steps=1000`, 20 final evaluation episodes), one at "
@@ -116,19 +225,26 @@ def main() -> None:
     parser.add_argument("--trials", type=int, default=20)
     parser.add_argument("--skip-fixed-cost", action="store_true")
     parser.add_argument("--skip-study", action="store_true")
+    parser.add_argument("--before-python", help="python of a virtualenv with an earlier rlexp, for the slots table")
+    parser.add_argument("--skip-slots", action="store_true")
+    parser.add_argument("--skip-workers", action="store_true")
     args = parser.parse_args()
     started = now()
     saved = RESULTS / "sweeps.json"
     old = json.loads(saved.read_text()) if saved.exists() else {}
     fixed = old.get("fixed_cost", []) if args.skip_fixed_cost else fixed_cost(args.reps)
+    slot_rows = old.get("slots", []) if args.skip_slots else slots(args.before_python, args.reps, args.trials)
+    worker_rows = old.get("workers", []) if args.skip_workers else workers()
     study = old.get("study") if args.skip_study else confirmed_study(args.trials)
     if study:
         print(json.dumps({k: v for k, v in study.items() if k != "seed_values"}), flush=True)
     RESULTS.mkdir(exist_ok=True)
-    saved.write_text(json.dumps({"fixed_cost": fixed, "study": study}, indent=1))
-    body = markdown(fixed, study)
+    saved.write_text(json.dumps({"fixed_cost": fixed, "study": study, "slots": slot_rows, "workers": worker_rows},
+                                indent=1))
+    body = markdown(fixed, study, slot_rows, worker_rows)
     print(body)
-    print(write_table("sweeps", "Sweeps: trial fixed cost, seeds per trial and confirmation", body, started))
+    print(write_table("sweeps", "Sweeps: job slots, workers, trial fixed cost, seeds per trial and confirmation", body,
+                      started))
 
 
 if __name__ == "__main__":
