@@ -16,7 +16,8 @@ from optuna.trial import TrialState
 from rlexp.sweep import make_pruner, search_space
 
 # at most 3 trials in 6,144 env steps, halving at 2 lengths L and 3L: trial 0 trains 3L, each other trial L and a
-# third of them 2L more, so 6,144 = 3L + 2 x 5L/3 gives L = 970 (6,144 x 3 / 19, rounded down) and trials of 2,910
+# third of them 2L more (5L/3), and the 2 trials running at once (2 job slots, 1 seed) each hold 3L - 5L/3 more
+# while they run: 6,144 = 3L + 2 x 5L/3 + 2 x 4L/3 = 9L gives L = 682 and trials of 2,046
 BUDGET = ["run.max_steps=6144", "autotune.trials=3", "autotune.seeds=1", "autotune.rungs=2",
           "autotune.eval_episodes=2"]
 TUNED = "tuned/ppo_CartPole-v1.yaml"
@@ -74,13 +75,13 @@ def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_wit
     trials = optuna.load_study(study_name=study.name, storage=f"sqlite:///{study}/optuna.db").get_trials()
     for trial in trials:  # evaluated at the first rung's length, with actions drawn from the policy
         run = saved(study / f"trial_{trial.number}")["run"]
-        assert (run["max_steps"], run["eval_interval"], run["eval_episodes"]) == (2910, 970, 2)
+        assert (run["max_steps"], run["eval_interval"], run["eval_episodes"]) == (2046, 682, 2)
         assert run["eval_deterministic"] is False
-    # trial 0 ends on whole rollouts of 8 envs x 64 steps: 6 of them, 3,072 steps; trial 1 trains at least to its
-    # first evaluation (1,024), which leaves less than one more trial's 2,910 of the 6,144: the study stops at 2
-    assert [t.user_attrs["env_steps"] for t in trials][0] == 3072 and len(trials) == 2
-    assert 1024 <= trials[1].user_attrs["env_steps"] <= 3072
-    assert "the study's env-step budget is spent" in result.stdout
+    # trial 0 ends on whole rollouts of 8 envs x 64 steps: 4 of them, 2,048 steps; the others train at least to their
+    # first evaluation (1,024); three trials held at 2,046 each fit in the 6,144
+    assert [t.user_attrs["env_steps"] for t in trials][0] == 2048 and len(trials) == 3
+    assert all(1024 <= t.user_attrs["env_steps"] <= 2048 for t in trials)
+    assert "run it:" not in result.stdout and "or: " not in result.stdout  # the study's own commands: not printed
     results = yaml.safe_load((study / "optimization_results.yaml").read_text())
     assert results["env_steps"] == sum(t.user_attrs["env_steps"] for t in trials) <= 6144
     # trial 0 trains the values the pair takes untuned: the PPO discrete fallback's lr 3e-4, clip 0.2 and entropy
@@ -121,6 +122,14 @@ def test_a_later_plain_run_takes_the_tuned_preset_and_says_so_first(tuned):
                                             f"{cwd / 'rlexp_conf' / TUNED})")
     config = saved(cwd / "outputs/plain")
     assert {k: config[k] for k in ("agent", "env", "model")} == {k: final[k] for k in ("agent", "env", "model")}
+    # the command the user typed finds it too: env=generic env.id=CartPole-v1
+    typed = rlexp(cwd, "--config-dir", "rlexp_conf", "env=generic", "env.id=CartPole-v1", "run.eval_episodes=2",
+                  "run.max_steps=256", "run_dir=outputs/typed")
+    assert typed.returncode == 0, typed.stdout[-2000:] + typed.stderr[-2000:]
+    assert typed.stdout.splitlines()[0] == (f"tuned preset for ppo+CartPole-v1: {TUNED} (your own: "
+                                            f"{cwd / 'rlexp_conf' / TUNED})")
+    config = saved(cwd / "outputs/typed")
+    assert config["agent"] == final["agent"] and config["model"] == final["model"]
 
 
 @pytest.mark.e2e
@@ -143,10 +152,12 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
         "tuned": (["tuned=ppo_cartpole"], "mode=autotune writes the pair's tuned preset itself"),
         # TD3 Pendulum: 20,000 steps for 10 trials x 2 seeds at 3 lengths, 2 x (9 + 9 x 7/3) = 60 first-rung
         # lengths of 333 steps: trials of up to 2,997, all random warm-up (10,000 random steps)
-        "warm-up": (["agent=td3", "env=pendulum"], "trials of up to 2,997 env steps (1 x run.max_steps=20,000 over "
-                    "10 trials x 2 seeds, 3 rungs) never get past buffer.initial_size=10,000 random steps"),
+        # 20,000 / 2 seeds = 10,000 per seed, all of it the 10 trials' warm-ups of 10,000 random steps each
+        "warm-up": (["agent=td3", "env=pendulum"], "autotune.budget=1: 1 x run.max_steps=20,000 over autotune.trials=10 "
+                    "x autotune.seeds=2 with autotune.rungs=3 leaves trials no env steps past each trial's "
+                    "buffer.initial_size=10,000 random steps"),
         # +sweep=td3 sets run.max_steps=5e4 (a plain sweep's trial length): the budget stays the pair's 20,000
-        "sweep budget": (["agent=td3", "env=pendulum", "+sweep=td3"], "(1 x run.max_steps=20,000 over 10 trials"),
+        "sweep budget": (["agent=td3", "env=pendulum", "+sweep=td3"], "1 x run.max_steps=20,000 over autotune.trials"),
     }
     (tmp_path / "config dir/conf").mkdir(parents=True)
     (tmp_path / "config dir/conf/tuned").write_text("")  # where the tuned presets would go
@@ -180,13 +191,13 @@ def test_the_first_log_line_names_the_preset_the_run_uses(tmp_path):
 
 
 # ----- without training --------------------------------------------------------------------------------------
-def test_successive_halving_prunes_a_trial_behind_at_a_rung_once_the_warmup_trials_finished():
+def test_successive_halving_prunes_a_trial_behind_at_a_rung_once_warmup_trials_reached_it():
     def study(warmup_trials):
-        s = optuna.create_study(direction="maximize", pruner=make_pruner("halving", warmup_trials, 100))
+        s = optuna.create_study(direction="maximize",
+                                pruner=make_pruner("halving", warmup_trials, 100, max_steps=1000))  # rungs 100, 300
         first = s.ask()
         first.report(10.0, 100)
-        assert not first.should_prune()
-        s.tell(first, 10.0)
+        assert not first.should_prune()  # the first at a rung goes on
         return s
 
     def pruned(s, value, step):
@@ -195,19 +206,21 @@ def test_successive_halving_prunes_a_trial_behind_at_a_rung_once_the_warmup_tria
         return trial.should_prune()
 
     s = study(warmup_trials=1)
-    assert not pruned(s, 1.0, 50)  # before the first rung (min_resource = warmup_steps)
-    assert pruned(s, 5.0, 100)  # at the rung, behind the only other trial: not in the top third
+    assert not pruned(s, 1.0, 50)  # before the first rung
+    assert pruned(s, 5.0, 100)  # at the rung, behind the only other trial there: not in the best third
     assert not pruned(s, 20.0, 100)  # ahead of both
-    assert not pruned(study(warmup_trials=2), 5.0, 100)  # one finished trial is not yet enough to decide
+    assert pruned(study(warmup_trials=2), 5.0, 100)  # two trials at the rung: compared
+    assert not pruned(study(warmup_trials=3), 5.0, 100)  # two of the three it waits for: goes on
 
 
 @pytest.mark.parametrize("settings,max_steps,lengths", [
-    # the defaults on A2C LunarLander's 200,000: 2 seeds x (9 + 9 x 7/3) = 60 first-rung lengths of 3,333
-    ({}, 200_000, (3_333, 29_997)),
+    # the defaults on A2C LunarLander's 200,000: 2 seeds x (9 + 9 x 7/3 + 1 x (9 - 7/3)) = 73.3 first-rung lengths
+    # of 2,727 (one trial running at a time: 1 job slot here, 2 seeds)
+    ({}, 200_000, (2_727, 24_543)),
     # without halving (1 rung): the budget split evenly, 100,000 / (5 trials x 1 seed)
     ({"rungs": 1, "trials": 5, "seeds": 1}, 50_000, (10_000, 10_000)),
-    # 4 rungs, 2 trials, budget 2: 27 + 1 x (1 + 3 x 2/3) = 30 lengths of 2 x 90,000 / 30 = 6,000
-    ({"rungs": 4, "trials": 2, "seeds": 1, "budget": 2}, 90_000, (6_000, 162_000)),
+    # 4 rungs, 2 trials, budget 2: 27 + 1 x (1 + 3 x 2/3) + 1 x (27 - 3) = 54 lengths of 2 x 90,000 / 54 = 3,333
+    ({"rungs": 4, "trials": 2, "seeds": 1, "budget": 2}, 90_000, (3_333, 89_991)),
 ])
 def test_the_budget_sets_the_first_rung_so_that_the_expected_study_fits(settings, max_steps, lengths):
     from omegaconf import OmegaConf

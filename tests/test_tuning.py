@@ -80,6 +80,8 @@ def test_ties_at_a_rung_promote_only_the_trial_that_got_there_first():
     better = study.ask()  # a trial strictly ahead of all of them goes on
     better.report(-150.0, 100)
     assert not better.should_prune()
+    better.report(-400.0, 200)  # and is not judged at that rung again at its next report
+    assert not better.should_prune()
 
 
 def test_the_median_pruner_waits_for_a_third_of_the_steps_after_learning_starts():

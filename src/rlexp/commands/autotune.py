@@ -101,13 +101,13 @@ def autotune(cfg: DictConfig) -> float:
     if cfg.get("resume"):
         raise UserError("+resume continues a training run; mode=autotune starts a study: drop +resume")
     agent, overrides = choices()["agent"], split_overrides(command_overrides())
+    env_name, env_text = env_preset(cfg, overrides.env)
     trial_cfg = check_pair(cfg)
     space = check_space(agent, overrides.space, cfg)
     searched = searched_keys(space, overrides)
     learning_start = 0 if "buffer.initial_size" in searched else int(
         OmegaConf.select(trial_cfg, "buffer.initial_size", default=0) or 0)
     budget = check_budget(cfg, pair_max_steps(cfg, overrides), learning_start, job_slots(overrides))
-    env_name, env_text = env_preset(cfg, overrides.env)
     baseline = baseline_values(trial_cfg, searched)
     config_dir = user_config_dir(sys.argv[1:])
     if config_dir is None:

@@ -56,11 +56,12 @@ class Halving(optuna.pruners.BasePruner):
             return False
         value = trial.intermediate_values[step]
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
+        decided = study._storage.get_trial(trial._trial_id).user_attrs  # not the Trial's cached copy
         for rung in self.rungs:
             key = f"rung_{rung}"
             if step < rung:
                 return False
-            if key in trial.user_attrs:
+            if key in decided:
                 continue  # decided at this rung already
             if math.isnan(value):
                 return True
