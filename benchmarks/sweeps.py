@@ -89,13 +89,16 @@ SLOTS_STUDY = ["+sweep=ppo", "agent=ppo", "env=cartpole", "run.max_steps=2e4", "
 
 
 def job_spans(folder: Path) -> list[tuple[float, float]]:
-    """(start, end) wall-clock seconds of each search job: its console log's creation, its run dir's newest file."""
+    """(start, end) wall-clock seconds of each search job: its log's first line (the run starting, after the process
+    composed its config), its run dir's newest file (the run's last write)."""
+    from datetime import datetime
+
     spans = []
-    for out in sorted((folder / ".launcher").glob("job_*.out")):
-        number = int(out.stem.split("_")[1])
-        files = [p for p in (folder / f"trial_{number}").rglob("*") if p.is_file()]
-        files += [out, out.with_suffix(".err")]
-        spans.append((out.stat().st_ctime, max(p.stat().st_mtime for p in files if p.exists())))
+    for log in sorted(folder.glob("trial_*/main.log")):
+        first = log.read_text().split("\n", 1)[0]
+        start = datetime.strptime(first[1:24], "%Y-%m-%d %H:%M:%S,%f").timestamp()
+        end = max(p.stat().st_mtime for p in log.parent.rglob("*") if p.is_file())
+        spans.append((start, end))
     return spans
 
 
@@ -163,7 +166,8 @@ def markdown(fixed: list[dict], study: dict | None, slot_rows: list[dict] | None
                   "rlexp at commit 5f1e77b in its own virtualenv (trials in batches of n_jobs, the sweeper waiting "
                   "for the whole batch), `after` this code (each job launched alone as a slot frees), alternating. "
                   "Idle: 1 - the jobs' busy seconds / (2 slots x the span from the first job's start to the last "
-                  "one's end), from each job's own files.", "",
+                  "one's end); a job is busy from its log's first line to its run dir's last write (the process's "
+                  "start-up before it, about a second, counts as idle for both).", "",
                   "| code | rep | wall s | slot span s | idle | trials |", "|---|---:|---:|---:|---:|---|"]
         for r in slot_rows:
             lines.append(f"| {r['label']} | {r['rep']} | {r['wall_s']:.1f} | {r['slot_span_s']:.1f} | "

@@ -182,6 +182,9 @@ def cli() -> None:
     if not hasattr(ConfigLoaderImpl._apply_overrides_to_config, "checked"):  # once per process
         ConfigLoaderImpl._apply_overrides_to_config = staticmethod(  # type: ignore[method-assign]
             check_each_override(ConfigLoaderImpl._apply_overrides_to_config))
+    from hydra_plugins.rlexp_sweeper import alias_optuna_sweeper
+
+    alias_optuna_sweeper()  # configs naming hydra-optuna-sweeper's class
     try:
         main()
     except SystemExit as e:

@@ -22,21 +22,31 @@ from omegaconf import MISSING, OmegaConf, open_dict
 
 
 # The settings are typed Any: rlexp.sweep.check_settings checks them (a wrong one is one line naming the key
-# and the fix) before anything is written.
+# and the fix) before anything is written. The sampler presets are hydra-optuna-sweeper 1.4's, argument for
+# argument (its configs work unchanged; null leaves Optuna's default), except that TPE's constant_liar is on:
+# rlexp's job slots run trials in parallel.
 @dataclass
 class SamplerConf:
-    """hydra.sweeper.sampler: any Optuna sampler by `_target_`; the presets below set seed and the usual knobs."""
+    """hydra.sweeper.sampler: any Optuna sampler by `_target_`, with any of its arguments."""
 
     _target_: str = MISSING
-    seed: Any = None                     # a whole number, or null
+    seed: Any = None                     # a whole number, or null (the run's seed)
 
 
 @dataclass
 class TPESamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.TPESampler"
+    consider_prior: Any = None
+    prior_weight: Any = None
+    consider_magic_clip: Any = None
+    consider_endpoints: Any = None
     n_startup_trials: Any = 10
+    n_ei_candidates: Any = 24
     multivariate: Any = False
+    group: Any = False
+    warn_independent_sampling: Any = None
     constant_liar: Any = True            # parallel trials don't all pick the same point
+    constraints_func: Any = None
 
 
 @dataclass
@@ -45,21 +55,73 @@ class RandomSamplerConf(SamplerConf):
 
 
 @dataclass
+class GridSamplerConf(SamplerConf):
+    """Every point of the search space once (each distribution's values: a choice's options, a range's steps)."""
+
+    _target_: str = "optuna.samplers.GridSampler"
+    _partial_: bool = True               # the search space is filled in from hydra.sweeper.params
+
+
+@dataclass
 class CmaEsSamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.CmaEsSampler"
+    x0: Any = None
+    sigma0: Any = None
     n_startup_trials: Any = 1
+    independent_sampler: Any = None
+    warn_independent_sampling: Any = True
+    consider_pruned_trials: Any = False
+    restart_strategy: Any = None
+    popsize: Any = None
+    inc_popsize: Any = -1
+    use_separable_cma: Any = False
+    with_margin: Any = False
+    lr_adapt: Any = False
+    source_trials: Any = None
 
 
 @dataclass
 class NSGAIISamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.NSGAIISampler"
     population_size: Any = 50
+    mutation_prob: Any = None
+    mutation: Any = None
+    crossover: Any = None
+    crossover_prob: Any = 0.9
+    swapping_prob: Any = 0.5
+    constraints_func: Any = None
+
+
+@dataclass
+class NSGAIIISamplerConf(NSGAIISamplerConf):
+    _target_: str = "optuna.samplers.NSGAIIISampler"
+    reference_points: Any = None
+    dividing_parameter: Any = 3
+
+
+@dataclass
+class GPSamplerConf(SamplerConf):
+    _target_: str = "optuna.samplers.GPSampler"
+    independent_sampler: Any = None
+    n_startup_trials: Any = 10
+    deterministic_objective: Any = False
+    constraints_func: Any = None
+    warn_independent_sampling: Any = True
 
 
 @dataclass
 class QMCSamplerConf(SamplerConf):
     _target_: str = "optuna.samplers.QMCSampler"
     qmc_type: Any = "sobol"              # sobol | halton
+    scramble: Any = False
+    independent_sampler: Any = None
+    warn_asynchronous_seeding: Any = True
+    warn_independent_sampling: Any = True
+
+
+@dataclass
+class MOTPESamplerConf(SamplerConf):
+    _target_: str = "optuna.samplers.MOTPESampler"   # removed in Optuna 4: refused with one line
 
 
 @dataclass
@@ -70,7 +132,8 @@ class RlexpSweeperConf:
     _recursive_: bool = False            # the sweeper makes the sampler itself, after checking its arguments
     defaults: List[Any] = field(default_factory=lambda: [{"sampler": "tpe"}])
     sampler: Any = MISSING               # tpe | random | cmaes | nsgaii | qmc (hydra/sweeper/sampler=...)
-    direction: Any = "maximize"          # of the objective (a return: maximize)
+    direction: Any = "maximize"          # of the objective (a return: maximize); [maximize, minimize]: two
+                                         # objectives, the return and the training seconds (as directions)
     directions: Any = None               # [maximize, minimize]: the objective and the training seconds (NSGA-II)
     objective: Any = "final_eval"        # final_eval | mean_last_evals (of run.eval_interval's) | auc (eval curve)
     last_evals: Any = 3                  # mean_last_evals: how many of the last evaluations
@@ -85,6 +148,8 @@ class RlexpSweeperConf:
     n_jobs: Any = 2                      # trials at once, each in its own process
     max_failure_rate: Any = 0.5          # stop the sweep when more trials than this fraction fail
     params: Any = None                   # search space in YAML (key: "interval(1e-5,1e-2)"), as on the command line
+    custom_search_space: Any = None      # dotted path of a function (config, optuna trial) -> None that suggests
+                                         # more parameters per trial (conditional ones: lr only when optimizer=adam)
     baseline: Any = None                 # {key: value}: a new study's first trial trains these values of the searched
                                          # keys (e.g. those the run takes untuned), those outside the space as fixed values
     max_env_steps: Any = None            # the study's env steps, all trials and seeds: no trial starts that could
@@ -119,12 +184,24 @@ class RlexpSlurmConf(SlurmQueueConf):
 
 
 store = ConfigStore.instance()
-for _name, _node in {"tpe": TPESamplerConf, "random": RandomSamplerConf, "cmaes": CmaEsSamplerConf,
-                     "nsgaii": NSGAIISamplerConf, "qmc": QMCSamplerConf}.items():
+for _name, _node in {"tpe": TPESamplerConf, "random": RandomSamplerConf, "grid": GridSamplerConf,
+                     "cmaes": CmaEsSamplerConf, "nsgaii": NSGAIISamplerConf, "nsgaiii": NSGAIIISamplerConf,
+                     "gp": GPSamplerConf, "qmc": QMCSamplerConf, "motpe": MOTPESamplerConf}.items():
     store.store(group="hydra/sweeper/sampler", name=_name, node=_node, provider="rlexp")
 store.store(group="hydra/sweeper", name="rlexp", node=RlexpSweeperConf, provider="rlexp")
+# configs written for hydra-optuna-sweeper (`override /hydra/sweeper: optuna`, its class as _target_) run on rlexp's
+store.store(group="hydra/sweeper", name="optuna", node=RlexpSweeperConf, provider="rlexp")
+OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 store.store(group="hydra/launcher", name="rlexp_local", node=RlexpLocalConf, provider="rlexp")
 store.store(group="hydra/launcher", name="rlexp_slurm", node=RlexpSlurmConf, provider="rlexp")
+
+
+def alias_optuna_sweeper() -> None:
+    """Let Hydra build rlexp's sweeper where a config names hydra-optuna-sweeper's class (unless that plugin is
+    installed: then its class is the one named)."""
+    from hydra.core.plugins import Plugins
+
+    Plugins.instance().class_name_to_class.setdefault(OPTUNA_SWEEPER, RlexpOptunaSweeper)
 
 
 class RlexpOptunaSweeper(Sweeper):

@@ -158,14 +158,30 @@ class Report:
         agent, env = self.agent_env(best)
         values = {k: v for k, v in {**self.fixed, **params_of(best)}.items() if k not in ("agent", "env")
                   and not k.lstrip("+~").startswith(SWEEP_ONLY)}
-        words = [*self.command_prefix(), f"agent={agent}", f"env={env}", *(f"{k}={v}" for k, v in values.items())]
-        return shlex.join(words)
+        overrides = [f"agent={agent}", f"env={env}", *(f"{k}={v}" for k, v in values.items())]
+        return shlex.join([*self.command_prefix(), *overrides, *self.train_once(overrides)])
 
     def preset_command(self, best: optuna.trial.FrozenTrial) -> str:
         import shlex
 
         agent, env = self.agent_env(best)
-        return shlex.join([*self.command_prefix(self.sweep_dir), f"agent={agent}", f"env={env}", "tuned=best"])
+        words = [*self.command_prefix(self.sweep_dir), f"agent={agent}", f"env={env}", "tuned=best"]
+        return shlex.join(words + self.train_once([f"agent={agent}", f"env={env}"]))
+
+    def train_once(self, overrides: list[str]) -> list[str]:
+        """["hydra.mode=RUN"] where the command would sweep again without -m: a config group it selects (a
+        lightning-hydra-template style `+hparams_search=...`) or the primary config sets hydra.mode: MULTIRUN."""
+        loader = getattr(self, "config_loader", None)
+        if loader is None:
+            return []
+        from hydra.types import RunMode
+
+        try:
+            name = OmegaConf.select(self.config, "hydra.job.config_name") or "config"
+            composed = loader.load_configuration(config_name=str(name), overrides=overrides, run_mode=RunMode.RUN)
+        except Exception:  # noqa: BLE001 - the command composed for the trials; say it as it is
+            return []
+        return ["hydra.mode=RUN"] if composed.hydra.get("mode") == RunMode.MULTIRUN else []
 
     def agent_env(self, best: optuna.trial.FrozenTrial) -> tuple[str, str]:
         """The agent and env presets the trial trained with: the study's, or the ones it drew (agent=ppo,a2c)."""

@@ -21,9 +21,12 @@ WHOLE = {"n_trials": 1, "n_jobs": 1, "seeds_per_trial": 1, "last_evals": 1, "rep
 CHOICES = {"direction": ("maximize", "minimize"), "objective": OBJECTIVES, "aggregate": ("mean", "iqm"),
            "pruner": ("median", "none", "halving")}
 SETTINGS = (*WHOLE, *CHOICES, "warmup_steps", "sampler", "directions", "confirm", "storage", "study_name", "max_failure_rate",
-            "params", "baseline", "max_env_steps")
+            "params", "baseline", "max_env_steps", "custom_search_space")
 SAMPLER_WHOLE = {"n_startup_trials": 0, "population_size": 2}
-SAMPLERS = "hydra/sweeper/sampler=tpe|random|cmaes|nsgaii|qmc"
+SAMPLERS = "hydra/sweeper/sampler=tpe|random|grid|cmaes|nsgaii|nsgaiii|gp|qmc"
+SAMPLER_ALIASES = {  # hydra-optuna-sweeper's own factories, as its configs name them
+    "hydra_plugins.hydra_optuna_sweeper._impl.create_nsgaii_sampler": "optuna.samplers.NSGAIISampler",
+    "hydra_plugins.hydra_optuna_sweeper._impl.create_nsgaiii_sampler": "optuna.samplers.NSGAIIISampler"}
 
 
 def _shown(value: Any) -> str:
@@ -42,6 +45,11 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     """hydra.sweeper.* checked and normalised (whole numbers as ints, the sampler made), before anything is
     written; a wrong one is one line naming the key and the fix."""
     s = dict(settings)
+    s.pop("_target_", None)  # rlexp's class, or hydra-optuna-sweeper's that stands for it
+    if isinstance(s.get("direction"), (list, tuple)):  # hydra-optuna-sweeper's two objectives: as directions
+        if s.get("directions") is not None:
+            raise SweepError("hydra.sweeper.direction is a list and hydra.sweeper.directions is set: keep one")
+        s["directions"], s["direction"] = list(s["direction"]), (list(s["direction"]) or ["maximize"])[0]
     unknown = sorted(set(s) - set(SETTINGS))
     if unknown:
         raise SweepError(f"hydra.sweeper.{unknown[0]} is not a setting of rlexp's sweeper; use one of "
@@ -70,7 +78,21 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         raise SweepError(f"hydra.sweeper.baseline={_shown(s['baseline'])}: use a mapping of searched keys to the "
                          "values the first trial trains, e.g. {agent.lr: 3e-4, agent.n_steps: 64}")
     s["sampler"] = make_sampler(s.get("sampler"))
+    s["custom_search_space"] = check_custom_space(s.get("custom_search_space"))
     return s
+
+
+def check_custom_space(path: Any):
+    """hydra.sweeper.custom_search_space: the function it names (config, trial) -> None, or None."""
+    if path is None:
+        return None
+    from hydra.utils import get_method
+
+    try:
+        return get_method(str(path))
+    except Exception as e:  # noqa: BLE001 - a module or function that isn't there
+        raise SweepError(f"hydra.sweeper.custom_search_space={path}: {one_line(e.__cause__ or e)}; name a function "
+                         "f(config, trial) as module.function, importable from the directory you run in") from None
 
 
 def check_rate(rate: Any) -> float:
@@ -117,28 +139,55 @@ def check_confirm(confirm: Any) -> dict[str, int]:
             for key, default in (("top_k", 3), ("seeds", 5))}
 
 
-def make_sampler(sampler: Any) -> optuna.samplers.BaseSampler:
-    """The Optuna sampler of hydra.sweeper.sampler ({_target_: ..., seed: ..., its arguments})."""
+def make_sampler(sampler: Any):
+    """The Optuna sampler of hydra.sweeper.sampler ({_target_: ..., seed: ..., any of its arguments}; null ones
+    leave Optuna's defaults); the grid sampler as a partial that the sweep gives its search space."""
     if isinstance(sampler, optuna.samplers.BaseSampler):
         return sampler
     if not isinstance(sampler, Mapping) or not isinstance(sampler.get("_target_"), str):
         raise SweepError(f"hydra.sweeper.sampler={_shown(sampler)}: pick one with {SAMPLERS}")
-    arguments = dict(sampler)
-    target = arguments["_target_"]
+    arguments = {k: v for k, v in sampler.items() if v is not None or k == "seed"}
+    target = SAMPLER_ALIASES.get(arguments.pop("_target_"), sampler["_target_"])
+    partial = bool(arguments.pop("_partial_", False))
     seed = arguments.get("seed")
     if seed is not None and (isinstance(seed, bool) or not isinstance(seed, int)):
         raise SweepError(f"hydra.sweeper.sampler.seed={_shown(seed)}: use a whole number, or null (the run's seed)")
+    if target.rsplit(".", 1)[-1] == "MOTPESampler":
+        raise SweepError("hydra/sweeper/sampler=motpe: Optuna 4 removed MOTPESampler; use hydra/sweeper/sampler=tpe "
+                         "(TPESampler handles two objectives) or nsgaii")
     for key, least in SAMPLER_WHOLE.items():
         if key in arguments:
             arguments[key] = whole_number(f"sampler.{key}", arguments[key], least)
-    for key in ("multivariate", "constant_liar"):
+    for key in ("multivariate", "constant_liar", "group"):
         if key in arguments and not isinstance(arguments[key], bool):
             raise SweepError(f"hydra.sweeper.sampler.{key}={_shown(arguments[key])}: use true or false")
-    from hydra.utils import instantiate
+    from hydra.utils import get_class
 
     try:
-        return instantiate(arguments)
-    except Exception as e:  # noqa: BLE001 - an unknown argument or value of the sampler
-        cause = e.__cause__ or e
-        raise SweepError(f"hydra.sweeper.sampler ({target}): {type(cause).__name__}: {one_line(cause)}; fix its "
+        cls = get_class(target)
+    except Exception as e:  # noqa: BLE001 - not an importable class
+        raise SweepError(f"hydra.sweeper.sampler._target_={target}: {one_line(e.__cause__ or e)}; pick a sampler "
+                         f"with {SAMPLERS}") from None
+    import inspect
+
+    accepted = [name for name in inspect.signature(cls).parameters if name not in ("self", "search_space")]
+    wrong = sorted(set(arguments) - set(accepted))
+    if wrong:
+        raise SweepError(f"hydra.sweeper.sampler.{wrong[0]} is not an argument of {target}; use one of "
+                         f"{', '.join(accepted)}")
+    from hydra.utils import instantiate
+
+    arguments = {k: instantiate(v) if isinstance(v, Mapping) and "_target_" in v else v for k, v in arguments.items()}
+    if "reference_points" in arguments:  # NSGA-III: a list of points in YAML, an array for Optuna
+        import numpy as np
+
+        arguments["reference_points"] = np.asarray(arguments["reference_points"], dtype=float)
+    if partial:
+        import functools
+
+        return functools.partial(cls, **arguments)
+    try:
+        return cls(**arguments)
+    except Exception as e:  # noqa: BLE001 - a value the sampler refuses
+        raise SweepError(f"hydra.sweeper.sampler ({target}): {type(e).__name__}: {one_line(e)}; fix its "
                          f"arguments (Optuna's {target.rsplit('.', 1)[-1]}) or pick another with {SAMPLERS}") from None

@@ -71,6 +71,20 @@ def grid_points(distributions: Mapping[str, BaseDistribution]) -> list[dict[str,
     return [dict(zip(names, values)) for values in itertools.product(*(distributions[n].choices for n in names))]
 
 
+def grid_choices(key: str, dist: BaseDistribution) -> CategoricalDistribution:
+    """A distribution as the grid sampler walks it: a choice's options, an int range's values, a stepped float
+    range's values (its high end included, as hydra-optuna-sweeper's grid does)."""
+    if isinstance(dist, CategoricalDistribution):
+        return dist
+    if isinstance(dist, IntDistribution) and not dist.log:
+        return CategoricalDistribution(list(range(dist.low, dist.high + 1, dist.step)))
+    if isinstance(dist, FloatDistribution) and dist.step is not None:
+        count = int(round((dist.high - dist.low) / dist.step)) + 1
+        return CategoricalDistribution([round(dist.low + i * dist.step, 12) for i in range(count)])
+    raise SweepError(f"{key}: hydra/sweeper/sampler=grid walks discrete values only; use choice(...), range(...) or "
+                     "a comma list, or another sampler")
+
+
 def describe(dist: BaseDistribution) -> str:
     return f"{type(dist).__name__}({', '.join(f'{k}={v}' for k, v in dist._asdict().items())})"
 

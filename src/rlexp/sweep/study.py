@@ -7,6 +7,7 @@ under `claim_lock`, until the study holds `n_trials` (a killed sweep's trials as
 take one more trial; a grid point runs once."""
 from __future__ import annotations
 
+import functools
 import json
 import logging
 import math
@@ -25,7 +26,7 @@ from rlexp.sweep.pruning import LEADER_ENDED, TRIAL_ENV
 from rlexp.sweep.report import BASELINE_ATTR, STEPS_ATTR, Report, _format, params_of
 from rlexp.sweep.scheduler import Job, Slots, steps_on_disk
 from rlexp.sweep.settings import _shown, check_settings, one_line
-from rlexp.sweep.space import baseline_params, described, grid_points, search_space, sweep_hash
+from rlexp.sweep.space import baseline_params, described, grid_choices, grid_points, search_space, sweep_hash
 from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, storage_url
 
 log = logging.getLogger("rlexp.sweep")
@@ -225,6 +226,11 @@ class OptunaSweep(Report):
             raise SweepError(f"hydra.sweeper.max_env_steps={self.cap}: one trial trains up to "
                              f"{self.job_steps * self.n_seeds:,} env steps (run.max_steps x seeds_per_trial); raise "
                              "it or shorten the trials")
+        sampler = self.s["sampler"]
+        if isinstance(sampler, functools.partial):  # hydra/sweeper/sampler=grid: every point of the space once
+            distributions = {k: grid_choices(k, d) for k, d in distributions.items()}
+            is_grid = True
+            self.s["sampler"] = sampler({k: d.choices for k, d in distributions.items()})
         name = self.study_name(distributions, fixed)
         self.place(name)
         study = self.open_study(distributions, name)
@@ -373,6 +379,14 @@ class OptunaSweep(Report):
         for name, dist in self.distributions.items():
             if name not in fixed:
                 trial._suggest(name, dist)
+        custom = self.s.get("custom_search_space")
+        if custom is not None:  # hydra.sweeper.custom_search_space: more (conditional) parameters of its own
+            before = set(trial.params)
+            custom(self.config, trial)
+            clash = (set(trial.params) - before) & set(self.fixed)
+            if clash:
+                raise SweepError(f"hydra.sweeper.custom_search_space suggests {sorted(clash)[0]}, which the sweep "
+                                 "sets to a fixed value: drop one of them")
 
     def trial_jobs(self, study: optuna.Study, trial: optuna.trial.Trial) -> Running:
         """One job per seed (the first reports to the pruner), numbered trial x seeds_per_trial + i."""
