@@ -86,10 +86,14 @@ def check_custom_space(path: Any):
     """hydra.sweeper.custom_search_space: the function it names (config, trial) -> None, or None."""
     if path is None:
         return None
-    from hydra.utils import get_method
+    import importlib
 
+    module, _, name = str(path).rpartition(".")
     try:
-        return get_method(str(path))
+        function = getattr(importlib.import_module(module), name)
+        if not callable(function):
+            raise TypeError(f"{path} is not a function")
+        return function
     except Exception as e:  # noqa: BLE001 - a module or function that isn't there
         raise SweepError(f"hydra.sweeper.custom_search_space={path}: {one_line(e.__cause__ or e)}; name a function "
                          "f(config, trial) as module.function, importable from the directory you run in") from None
