@@ -69,6 +69,16 @@ def hydra_error_line(error: Exception) -> str | None:
     return None
 
 
+OUTPUT_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+
+
+def output_dir_error(error: OSError, args: list[str]) -> str:
+    """One line for an output dir that Hydra could not make before the task started, naming the setting given."""
+    given = next((arg for arg in args if arg.split("=", 1)[0].lstrip("+") in OUTPUT_DIR_KEYS), None)
+    return (f"{given + ': ' if given else ''}can't make {error.filename or 'the output directory'} "
+            f"({error.strerror or error}); pick a directory you can write to")
+
+
 def yaml_error_line(error: yaml.YAMLError) -> str:
     """A preset file that is not valid YAML: where, and what the parser expected."""
     mark = getattr(error, "problem_mark", None)

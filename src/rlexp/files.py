@@ -1,4 +1,4 @@
-"""Crash-safe file writes: temporary file, fsync, atomic rename."""
+"""Crash-safe file writes (temporary file, fsync, atomic rename), and checks that output folders can be written."""
 from __future__ import annotations
 
 import contextlib
@@ -6,6 +6,8 @@ import os
 import tempfile
 from pathlib import Path
 from typing import Callable, IO, Iterator
+
+from rlexp.errors import UserError
 
 
 @contextlib.contextmanager
@@ -64,3 +66,30 @@ def remove_leftovers(*directories: str | os.PathLike) -> None:
         for tmp in Path(directory).glob(".*.tmp"):
             with contextlib.suppress(OSError):
                 tmp.unlink()
+
+
+def cannot_make_dir_in(directory: str | os.PathLike) -> str | None:
+    """None if this process can make a directory in `directory` (tried: a temporary one made and removed at once,
+    which also catches what permission bits don't show, such as /proc or a read-only mount), else why not."""
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".rlexp-check-", dir=directory))
+    except OSError as e:
+        return e.strerror or str(e)
+    return None
+
+
+def check_writable(target: Path, key: str) -> None:
+    """`target` is a directory, or can be made as one: its nearest existing ancestor is a directory this process
+    can write (permission bits, then a directory made and removed there). Makes nothing that stays."""
+    if target.exists() and not target.is_dir():
+        raise UserError(f"{key} is a file; pass a directory")
+    existing = target
+    while not existing.exists():
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"{key}: {existing} is a file, so {target} can't be made; pass a directory")
+    if not os.access(existing, os.W_OK | os.X_OK):
+        raise UserError(f"{key}: {existing} is not writable; pick a directory you can write to")
+    reason = cannot_make_dir_in(existing)
+    if reason:
+        raise UserError(f"{key}: {existing} can't hold a new directory ({reason}); pick a directory you can write to")

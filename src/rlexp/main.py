@@ -128,7 +128,7 @@ def report_input_errors(report: Callable[[Callable[[], Any]], Any], func: Callab
     import yaml
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
-    from rlexp.errors import hydra_error_line
+    from rlexp.errors import hydra_error_line, output_dir_error
 
     def attempt() -> Any:
         try:
@@ -138,6 +138,11 @@ def report_input_errors(report: Callable[[Callable[[], Any]], Any], func: Callab
             if line is None:
                 raise
             print(f"error: {line}", file=sys.stderr)
+            sys.exit(2)
+        except OSError as e:  # Hydra could not make its output dir (hydra.run.dir) before the task started
+            if Started.value or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"error: {output_dir_error(e, sys.argv[1:])}", file=sys.stderr)
             sys.exit(2)
 
     return report(attempt)

@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from rlexp.errors import UserError
+from rlexp.files import cannot_make_dir_in
 from rlexp.wrappers import with_lost_lives
 
 log = logging.getLogger("rlexp")
@@ -38,6 +39,9 @@ def check_writable_dir(path: str | os.PathLike, key: str) -> Path:
         raise UserError(f"+{key}={path} can't be created ({existing} is not a directory); pick a writable directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"+{key}={path} is not writable; pick a writable directory")
+    reason = cannot_make_dir_in(existing)
+    if reason:
+        raise UserError(f"+{key}={path} can't be created ({existing}: {reason}); pick a writable directory")
     return path
 
 

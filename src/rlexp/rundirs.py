@@ -168,10 +168,20 @@ def check_resume_overrides(cfg: DictConfig, stored: DictConfig) -> None:
 
 def new_run_dir(cfg: DictConfig) -> Path:
     """A fresh training run's dir name: the sweep's trial dir, else run_dir (outputs/<date>/<time>_<agent>_<env>,
-    the env named by `env_display_name`). Not made yet: `claim_run_dir` makes it once training starts."""
+    the env named by `env_display_name`), checked to be writable. Not made yet: `claim_run_dir` makes it once
+    training starts."""
+    from rlexp.files import check_writable
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir) if in_sweep() else absolute(str(cfg.run_dir))
+    check_writable(run_dir, run_dir_key(cfg))
+    return run_dir
+
+
+def run_dir_key(cfg: DictConfig) -> str:
+    """The setting that names a fresh run's dir, as key=value for messages."""
     if in_sweep():
-        return Path(HydraConfig.get().runtime.output_dir)
-    return absolute(str(cfg.run_dir))
+        return f"hydra.sweep.dir={HydraConfig.get().sweep.dir}"
+    return f"run_dir={cfg.run_dir}"
 
 
 def claim_run_dir(run_dir: Path) -> Path:

@@ -27,6 +27,7 @@ from rlexp.errors import UserError
 from rlexp.files import write_atomic
 from rlexp.graph_envs import GraphVectorEnv
 from rlexp.history import History, plot_history
+from rlexp.memory import Need, check_fits, init_default
 from rlexp.models import build_model, is_recurrent
 from rlexp.normalize import Normalizer
 from rlexp.progress import Progress
@@ -158,6 +159,9 @@ class Agent:
             raise UserError(f"rlexp needs vector envs that reset in the step an episode ends: build them with "
                             f"rlexp.envs.make_envs, or gym.make_vec(..., vector_kwargs={{'autoreset_mode': "
                             f"gym.vector.AutoresetMode.SAME_STEP}}) (got {autoreset})")
+        from rlexp.checks import check_seed
+
+        seed = check_seed(seed)
         if seed is not None:  # Keras initialisers, Python's and NumPy's generators, deterministic ops (as the CLI)
             import keras
 
@@ -213,6 +217,8 @@ class Agent:
         if self.action_kind == "multi_discrete" and len(self.action_space.shape) != 1:
             raise UserError(f"MultiDiscrete actions must be one-dimensional (got shape {self.action_space.shape})")
         self.model_preset = self._resolve_model(model)
+        check_fits(type(self).memory_needs(self.observation_space, self.action_space, self.n_envs, vars(self),
+                                           buffer, self.model_preset))
         self.recurrent = is_recurrent(self.model_preset)
         if self.recurrent and not self.recurrent_models:
             raise UserError(f"model={self.model_preset.get('name')} has recurrent (lstm/gru) layers, which "
@@ -287,16 +293,32 @@ class Agent:
         """Training-only tf.Variables (e.g. exploration noise per env): in full checkpoints, restored on resume."""
         return {}
 
+    @classmethod
+    def memory_needs(cls, observation_space: gym.Space, action_space: gym.Space, n_envs: int,
+                     params: Mapping[str, Any], buffer: Any, model: Mapping[str, Any]) -> list[Need]:
+        """The large allocations of a run with these spaces, `n_envs` envs, constructor arguments `params`
+        (missing ones: their defaults), replay `buffer` and model preset, estimated before any is made
+        (rlexp.memory): here the buffer's storage; families add theirs."""
+        if buffer is None or not hasattr(buffer, "memory_need"):
+            return []
+        n_steps = int(params.get("n_steps") or init_default(cls, "n_steps", 1))
+        return [buffer.memory_need(observation_space, action_space, n_envs, n_steps)]
+
     # ----- building blocks ------------------------------------------------------------------------
-    def _resolve_model(self, model: Mapping[str, Any] | str | None) -> dict[str, Any]:
+    @classmethod
+    def resolve_model(cls, model: Mapping[str, Any] | str | None, image_obs: bool) -> dict[str, Any]:
+        """A model preset (mapping or name); None or 'auto' (or no layers): the default for the observations."""
         if model is None or isinstance(model, str):
             name = model or "auto"
             model = load_model_preset(name) if name != "auto" else {"name": "auto"}
         model = dict(model)
         if model.get("name") == "auto" or not model.get("layers"):
-            kind = "image" if self.image_obs else "vector"
-            model = load_model_preset(model.get(kind) or self.default_models[kind])
+            kind = "image" if image_obs else "vector"
+            model = load_model_preset(model.get(kind) or cls.default_models[kind])
         return model
+
+    def _resolve_model(self, model: Mapping[str, Any] | str | None) -> dict[str, Any]:
+        return self.resolve_model(model, self.image_obs)
 
     def build_model(self, heads: Mapping[str, int], name: str = "model", preset: Mapping[str, Any] | None = None,
                     extra_inputs: int = 0, latent_of: str | None = None):
@@ -530,6 +552,9 @@ class Agent:
         """
         from rlexp.tracking import Tracker
 
+        from rlexp.checks import check_fit_arguments
+
+        check_fit_arguments(max_steps, target_reward, checkpoint_interval, history_interval)
         tracker = tracker or Tracker()
         self._tracked_steps = -self.TRACK_EVERY_STEPS
         self.max_steps = int(float(max_steps))

@@ -10,6 +10,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
 from rlexp.errors import UserError
+from rlexp.files import check_writable
 from rlexp.rundirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep, new_run_dir,
                            run_config, stored_config, task_overrides, write_run_config)
 
@@ -64,6 +65,7 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
         ckpt = run_dir / CHECKPOINT
         if not ckpt.exists():
             raise UserError(f"+resume={resume}: no checkpoint at {ckpt}; pass the run dir of a training run")
+        check_writable(run_dir, f"+resume={resume}")
         stored = stored_config(ckpt, cfg)
         if stored.get("fallback", "auto") not in ("auto", "none", None):  # compare like with like
             from rlexp.fallback import merge_fallback
