@@ -19,6 +19,11 @@ class SweepError(UserError, CompactHydraException):
     """A mistake in a sweep's command (search space, study); Hydra prints it as one line."""
 
 
+class RunFailed(Exception):
+    """A run that could not go on (a write failed: disk full, permissions); the message says what is left on disk
+    and how to continue."""
+
+
 class TrialFailed(Exception):
     """A sweep trial that ended with an error; the message is the one line the sweep records."""
 

@@ -11,13 +11,17 @@ from rlexp.errors import UserError
 
 
 @contextlib.contextmanager
-def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
+def atomic_write(path: str | os.PathLike, mode: str = "wb", keep: str | os.PathLike | None = None) -> Iterator[IO]:
     """Open a temporary file next to `path`; on success it replaces `path` in one rename.
 
-    A crash at any instant leaves either the old file or the new one, never a partial file.
+    A crash at any instant leaves either the old file or the new one, never a partial file. With `keep`, the
+    file `path` held until now stays as `keep` (a hard link made just before the rename; the older `keep` is
+    removed before the write, so the disk never holds more than two copies beside the one being written).
     """
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
+    if keep is not None and path.exists():
+        Path(keep).unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, mode) as f:
@@ -25,10 +29,15 @@ def atomic_write(path: str | os.PathLike, mode: str = "wb") -> Iterator[IO]:
             yield f
             f.flush()
             os.fsync(f.fileno())
+        if keep is not None and path.exists():
+            with contextlib.suppress(OSError):  # a filesystem without hard links keeps no previous file
+                os.link(path, keep)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as e:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        if isinstance(e, OSError) and e.filename in (None, tmp):
+            e.filename = str(path)  # the file being written, not its temporary name
         raise
     with contextlib.suppress(OSError):  # make the rename itself durable
         dir_fd = os.open(path.parent, os.O_RDONLY)
@@ -54,9 +63,9 @@ def current_umask() -> int:
     return mask
 
 
-def write_atomic(path: str | os.PathLike, writer: Callable[[IO], None]) -> None:
-    """Call `writer(file)` on a temporary file, then atomically move it to `path`."""
-    with atomic_write(path) as f:
+def write_atomic(path: str | os.PathLike, writer: Callable[[IO], None], keep: str | os.PathLike | None = None) -> None:
+    """Call `writer(file)` on a temporary file, then atomically move it to `path` (see `atomic_write`)."""
+    with atomic_write(path, keep=keep) as f:
         writer(f)
 
 

@@ -19,7 +19,7 @@ from rlexp.commands.init import init_presets
 from rlexp.commands.play import play_or_eval
 from rlexp.commands.plot import plot_runs
 from rlexp.commands.train import train
-from rlexp.errors import Started, TrialFailed, UserError
+from rlexp.errors import RunFailed, Started, TrialFailed, UserError
 from rlexp.quiet import skip_keras_extras
 from rlexp.rundirs import in_sweep
 
@@ -52,6 +52,8 @@ def main(cfg: DictConfig) -> float:
     except InterpolationResolutionError as e:  # a ${...} in a preset or on the command line that leads nowhere
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         _fail(f"{e.full_key or 'config'}: {message}; fix that ${{...}} in your preset or on the command line", 2)
+    except RunFailed as e:
+        _fail(str(e), 1)
     except TrainingDiverged as e:
         _fail(f"training diverged: {e}; the last good checkpoint is in checkpoints/last.ckpt", 1)
     except OSError as e:  # disk full, permissions, ...: the previous checkpoint stays complete

@@ -22,6 +22,7 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.agents.distributions import no_autograph
+from rlexp.checkpoints import PREVIOUS, read_arrays, read_state
 from rlexp.envs import is_image, is_structured, observation_parts, space_kind
 from rlexp.errors import UserError
 from rlexp.files import write_atomic
@@ -541,7 +542,8 @@ class Agent:
             config: Mapping[str, Any] | None = None, tracker: Any = None, evaluator: Any = None) -> dict[str, Any]:
         """Train until `max_steps` env steps, the target mean reward, or early stopping.
 
-        With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there; best.ckpt
+        With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there (the last.ckpt
+        each save replaces stays as previous.ckpt, which resume falls back to if last.ckpt is damaged); best.ckpt
         holds the best mean over a full `reward_buffer_size` window of training episodes (none before the first
         full window), or with an `evaluator` (rlexp.evaluation.Evaluator) the best evaluation.
         `tracker` (see rlexp.tracking) receives episode returns, losses, learning rate, steps/s and evaluations;
@@ -592,7 +594,7 @@ class Agent:
                         self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
                         best_pending, last_best = False, now
                     if now - last_checkpoint >= checkpoint_interval:
-                        self.save(run_dir / "checkpoints" / "last.ckpt")
+                        self.save(run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
                         tracker.flush()
                         last_checkpoint = last_flush = now
                     elif now - last_flush >= history_interval:
@@ -604,7 +606,7 @@ class Agent:
         if run_dir is not None:
             if best_pending:
                 self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
-            self.save(run_dir / "checkpoints" / "last.ckpt")
+            self.save(run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
             tracker.flush()
             if len(self.history):
                 plot_history({run_dir.name: self.history.columns()}, run_dir / "history.png")
@@ -751,8 +753,9 @@ class Agent:
                     rng=self.rng.bit_generator.state, config=getattr(self, "config", {}),
                     observation_shape=list(self.obs_shape), n_actions=self.n_actions)
 
-    def save(self, path: str | Path, full: bool = True) -> None:
-        """Write weights (and, if `full`, everything resume needs) atomically to one .ckpt (npz) file."""
+    def save(self, path: str | Path, full: bool = True, keep_previous: bool = False) -> None:
+        """Write weights (and, if `full`, everything resume needs) atomically to one .ckpt (npz) file; with
+        `keep_previous` the file it replaces stays as previous.ckpt beside it."""
         arrays: dict[str, np.ndarray] = {}
         for name, model in self.models().items():
             for i, w in enumerate(model.get_weights()):
@@ -775,19 +778,16 @@ class Agent:
                 arrays[f"history/{k}"] = np.asarray(v)
         state = self._state() | {"full": full}
         arrays["state"] = np.frombuffer(json.dumps(state, default=float).encode(), np.uint8)
-        write_atomic(path, lambda f: np.savez(f, **arrays))
+        keep = Path(path).with_name(PREVIOUS) if keep_previous else None
+        write_atomic(path, lambda f: np.savez(f, **arrays), keep=keep)
         if full:
             self.history.flush()
 
     @staticmethod
     def read_state(path: str | Path) -> dict[str, Any]:
-        """The JSON state stored in a checkpoint (agent name, steps, config, ...)."""
-        try:
-            with np.load(path) as data:
-                return json.loads(bytes(data["state"]).decode())
-        except (OSError, ValueError, KeyError, EOFError) as e:
-            raise UserError(f"checkpoint {path} is not a readable rlexp checkpoint ({type(e).__name__}); "
-                            "pick another run or retrain") from None
+        """The JSON state stored in a checkpoint (agent name, steps, config, ...); a damaged file is one line
+        naming it (rlexp.checkpoints)."""
+        return read_state(path)
 
     def load(self, path: str | Path, weights_only: bool = False) -> dict[str, Any]:
         """Restore a checkpoint written by `save` (weights only, or the full training state)."""
@@ -797,28 +797,28 @@ class Agent:
         if tuple(state.get("observation_shape", self.obs_shape)) != self.obs_shape or state.get("n_actions") != self.n_actions:
             raise UserError(f"checkpoint {path} was trained on another environment (observations "
                             f"{tuple(state.get('observation_shape'))}, {state.get('n_actions')} actions)")
-        with np.load(path) as data:
-            for name, model in self.models().items():
-                model.set_weights([data[f"model/{name}/{i}"] for i in range(len(model.get_weights()))])
-            for name, var in self.extra_variables().items():
-                var.assign(data[f"var/{name}"])
-            self.normalizer.load_state_dict({k[11:]: data[k] for k in data.files if k.startswith("normalizer/")})
-            if weights_only:
-                return state
-            if not state.get("full"):
-                raise UserError(f"checkpoint {path} holds weights only; resume from checkpoints/last.ckpt")
-            for name, var in self.resume_variables().items():
-                var.assign(data[f"resume/{name}"])
-            for name, opt in self.optimizers().items():
-                model_vars = self.trainable_variables(name)
-                if not opt.built:
-                    opt.build(model_vars)
-                for i, v in enumerate(opt.variables):
-                    v.assign(data[f"opt/{name}/{i}"])
-            self.tf_rng.reset(data["tf_rng"])
-            if self.buffer is not None:
-                self.buffer.load_state_dict({k[7:]: data[k] for k in data.files if k.startswith("buffer/")})
-            rows = {k[8:]: data[k].tolist() for k in data.files if k.startswith("history/")}
+        data = read_arrays(path)  # all of it, checksums verified, before anything is assigned
+        for name, model in self.models().items():
+            model.set_weights([data[f"model/{name}/{i}"] for i in range(len(model.get_weights()))])
+        for name, var in self.extra_variables().items():
+            var.assign(data[f"var/{name}"])
+        self.normalizer.load_state_dict({k[11:]: data[k] for k in data if k.startswith("normalizer/")})
+        if weights_only:
+            return state
+        if not state.get("full"):
+            raise UserError(f"checkpoint {path} holds weights only; resume from checkpoints/last.ckpt")
+        for name, var in self.resume_variables().items():
+            var.assign(data[f"resume/{name}"])
+        for name, opt in self.optimizers().items():
+            model_vars = self.trainable_variables(name)
+            if not opt.built:
+                opt.build(model_vars)
+            for i, v in enumerate(opt.variables):
+                v.assign(data[f"opt/{name}/{i}"])
+        self.tf_rng.reset(data["tf_rng"])
+        if self.buffer is not None:
+            self.buffer.load_state_dict({k[7:]: data[k] for k in data if k.startswith("buffer/")})
+        rows = {k[8:]: data[k].tolist() for k in data if k.startswith("history/")}
         self.steps, self.episodes, self.train_time = int(state["steps"]), int(state["episodes"]), float(state["train_time"])
         self.best_reward = float(state["best_reward"])
         self.rewards.clear()
