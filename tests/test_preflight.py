@@ -233,3 +233,21 @@ def test_a_run_dir_that_cannot_be_written_is_refused_before_the_run(tmp_path):
 
     check_writable(tmp_path / "outputs" / "r", "run_dir=outputs/r")
     assert list(tmp_path.iterdir()) == []  # the trial folder is gone again
+
+
+def test_the_python_api_checks_buffer_sizes_rollouts_and_episode_counts():
+    from rlexp import PPO, ReplayBuffer, RolloutBuffer, make_envs
+
+    with pytest.raises(UserError, match=r"^buffer.max_size='big' must be an integer$"):
+        ReplayBuffer(max_size="big")
+    assert ReplayBuffer(max_size="1e4", initial_size=1e3).max_size == 10_000
+    with pytest.raises(UserError, match=r"^buffer.initial_size=-1 must be at least 0$"):
+        RolloutBuffer(initial_size=-1)
+    envs = make_envs("CartPole-v1", n_envs=2, seed=0)
+    with pytest.raises(UserError, match=r"^agent.n_steps=0 must be at least 1$"):
+        PPO(envs, n_steps=0, mini_batches=1)
+    agent = PPO(envs, seed=0, n_steps=8, mini_batches=1, quiet=True)
+    with pytest.raises(UserError, match=r"^run.eval_episodes=-1 must be at least 0$"):
+        agent.evaluate(envs, episodes=-1)
+    with pytest.raises(UserError, match=r"^play.episodes=0 must be at least 1$"):
+        agent.play(make_envs("CartPole-v1"), episodes=0)

@@ -11,21 +11,20 @@ from rlexp.errors import UserError
 from rlexp.memory import Need, human, space_bytes
 
 
-def _check_sizes(max_size: int, initial_size: int | None, batch_size: int) -> int:
-    """The transitions needed before `ready`: `initial_size` (None: batch_size), at least 1. A smaller
-    initial_size than batch_size is SB3's learning_starts: batches are drawn with replacement from what is held."""
-    max_size, batch_size = int(max_size), int(batch_size)
-    initial = batch_size if initial_size is None else int(initial_size)
-    if max_size < 1 or batch_size < 1:
-        raise UserError(f"buffer.max_size={max_size} and buffer.batch_size={batch_size} must be at least 1")
+def _check_sizes(max_size: int, initial_size: int | None, batch_size: int) -> tuple[int, int, int]:
+    """(max_size, transitions needed before `ready`, batch_size) as ints; the second is `initial_size` (None:
+    batch_size), at least 1. A smaller initial_size than batch_size is SB3's learning_starts: batches are drawn
+    with replacement from what is held."""
+    from rlexp.checks import whole
+
+    max_size, batch_size = whole("buffer.max_size", max_size, 1), whole("buffer.batch_size", batch_size, 1)
+    initial = batch_size if initial_size is None else whole("buffer.initial_size", initial_size, 0)
     if batch_size > max_size:
         raise UserError(f"buffer.batch_size={batch_size} is greater than buffer.max_size={max_size}")
-    if initial < 0:
-        raise UserError(f"buffer.initial_size={initial} must be at least 0")
     if initial > max_size:
         raise UserError(f"buffer.initial_size={initial} is greater than buffer.max_size={max_size}; "
                         "lower initial_size or raise max_size")
-    return max(initial, 1)
+    return max_size, max(initial, 1), batch_size
 
 
 class ReplayBuffer:
@@ -38,8 +37,7 @@ class ReplayBuffer:
     """
 
     def __init__(self, max_size: int = 10000, initial_size: int | None = None, batch_size: int = 32) -> None:
-        self.initial_size = _check_sizes(max_size, initial_size, batch_size)
-        self.max_size, self.batch_size = int(max_size), int(batch_size)
+        self.max_size, self.initial_size, self.batch_size = _check_sizes(max_size, initial_size, batch_size)
         self.size = 0  # transitions held
         self.index = 0  # next slot to write
         self.rng = np.random.default_rng()
@@ -459,8 +457,7 @@ class FrameBuffer:
     """
 
     def __init__(self, max_size: int = 100000, initial_size: int | None = None, batch_size: int = 32) -> None:
-        self.initial_size = _check_sizes(max_size, initial_size, batch_size)
-        self.max_size, self.batch_size = int(max_size), int(batch_size)
+        self.max_size, self.initial_size, self.batch_size = _check_sizes(max_size, initial_size, batch_size)
         self.rng = np.random.default_rng()
         self.n_envs = self.capacity = self.stack = 0
         self.size = 0  # sampleable transitions written (capped by the ring)
@@ -579,9 +576,11 @@ class RolloutBuffer:
     KEYS = ("obs", "actions", "rewards", "dones", "mu")
 
     def __init__(self, max_size: int = 50000, initial_size: int | None = None, batch_size: int = 1) -> None:
-        self.max_size, self.batch_size = int(max_size), int(batch_size)
-        self.initial_size = 0 if initial_size is None else int(initial_size)
-        if self.max_size < 1 or self.initial_size > self.max_size:
+        from rlexp.checks import whole
+
+        self.max_size, self.batch_size = whole("buffer.max_size", max_size, 1), whole("buffer.batch_size", batch_size, 1)
+        self.initial_size = 0 if initial_size is None else whole("buffer.initial_size", initial_size, 0)
+        if self.initial_size > self.max_size:
             raise UserError(f"buffer.max_size={self.max_size} must be at least 1 and at least "
                             f"buffer.initial_size={self.initial_size}")
         self.rng = np.random.default_rng()

@@ -724,6 +724,9 @@ class Agent:
         deterministic policy or (`deterministic=False`) actions drawn from it. With a seed, each call starts
         from the same env seeds and generator state, so evaluations differ only by the weights. A recurrent
         policy's state restarts at episode starts and lost lives, as in training."""
+        from rlexp.checks import whole
+
+        episodes = whole("run.eval_episodes", episodes, 0)
         n = envs.num_envs
         quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
         returns: list[float] = []

@@ -54,9 +54,9 @@ class OnPolicyAgent(Agent):
     def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128,
                  log_std_init: float = 0.0, state_dependent_std: bool = False, use_sde: bool = False,
                  sde_sample_freq: int = -1, sequence_length: int | None = None, **kwargs) -> None:
-        if int(n_steps) < 1:
-            raise UserError(f"agent.n_steps={n_steps} must be at least 1")
-        self.n_steps = int(n_steps)
+        from rlexp.checks import whole
+
+        self.n_steps = n_steps = whole("agent.n_steps", n_steps, 1)
         self.sequence_length = int(sequence_length or n_steps)
         if self.sequence_length < 1 or self.n_steps % self.sequence_length:
             raise UserError(f"agent.sequence_length={sequence_length} must divide agent.n_steps={n_steps}")
