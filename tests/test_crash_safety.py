@@ -210,3 +210,16 @@ def test_two_resumes_started_together_one_trains_the_other_exits_at_once(tmp_pat
     assert Agent.read_state(run / "checkpoints" / "last.ckpt")["steps"] >= 12000
     df = history_is_consistent(run)
     assert df["episode"].is_unique and df["step"].max() < 12000 + 500
+
+
+def test_divergence_names_the_last_good_checkpoint_or_says_there_is_none(tmp_path):
+    from rlexp.checkpoints import diverged
+
+    error = RuntimeError("non-finite loss at step 96")
+    assert diverged(error, tmp_path) == ("training diverged: non-finite loss at step 96; no checkpoint was written "
+                                         "before it")
+    agent = ppo()
+    agent.fit(max_steps=48, progress="none")
+    agent.save(tmp_path / "checkpoints" / "last.ckpt")
+    assert diverged(error, tmp_path) == (f"training diverged: non-finite loss at step 96; {tmp_path}/checkpoints/"
+                                         "last.ckpt (step 48) holds the last good weights")

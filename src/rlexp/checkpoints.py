@@ -120,11 +120,28 @@ def write_failure(error: OSError, run_dir: Path) -> str:
     what = f"could not write {error.filename or 'a file'}: {error.strerror or error}"
     if not (run_dir / ".hydra" / "config.yaml").exists():
         return f"{what}; nothing was trained yet: free space (or fix permissions) and run the command again"
+    good = last_good(run_dir)
+    if good is not None:
+        return (f"{what}; {good[0]} (step {good[1]:,}) is intact: free space (or fix permissions), then continue "
+                f"with python -m rlexp +resume={run_dir}")
     folder = run_dir / "checkpoints"
-    for name in (LAST, PREVIOUS):
-        if is_complete(folder / name):
-            return (f"{what}; {folder / name} (step {steps_of(folder / name):,}) is intact: free space (or fix "
-                    f"permissions), then continue with python -m rlexp +resume={run_dir}")
     weights = f" ({folder / BEST} holds weights only)" if (folder / BEST).exists() else ""
     return (f"{what}; the run has no checkpoint to resume from yet{weights}: free space (or fix permissions), then "
             f"python -m rlexp +resume={run_dir} trains it again from step 0")
+
+
+def last_good(run_dir: Path) -> tuple[Path, int] | None:
+    """The complete checkpoint +resume would continue from (last.ckpt, else previous.ckpt) and its step."""
+    for name in (LAST, PREVIOUS):
+        path = run_dir / "checkpoints" / name
+        if is_complete(path):
+            return path, steps_of(path)
+    return None
+
+
+def diverged(error: Exception, run_dir: Path) -> str:
+    """One line for a run whose loss became NaN or infinite, naming the last good checkpoint (if there is one)."""
+    good = last_good(run_dir)
+    where = f"{good[0]} (step {good[1]:,}) holds the last good weights" if good else \
+        "no checkpoint was written before it"
+    return f"training diverged: {error}; {where}"

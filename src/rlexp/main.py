@@ -56,10 +56,8 @@ def main(cfg: DictConfig) -> float:
         _fail(str(e), 1)
     except TrainingDiverged as e:
         _fail(f"training diverged: {e}; the last good checkpoint is in checkpoints/last.ckpt", 1)
-    except OSError as e:  # disk full, permissions, ...: the previous checkpoint stays complete
-        after = ("; the previous checkpoint is intact (free space or fix permissions, then +resume)"
-                 if cfg.get("mode") == "train" else " (free space or fix permissions)")
-        _fail(f"could not write {e.filename or 'a file'}: {e.strerror or e}{after}", 1)
+    except OSError as e:  # disk full, permissions, ... outside a run's training (which says what is on disk)
+        _fail(f"could not write {e.filename or 'a file'}: {e.strerror or e} (free space or fix permissions)", 1)
     finally:  # a sweep's next trial in this process: this trial's objects can be collected again
         gc.unfreeze()
         gc.enable()

@@ -96,11 +96,11 @@ def cgroup_room() -> int | None:
 
 def human(nbytes: float) -> str:
     """1536 -> '1.5 KiB', 3 * 2**30 -> '3.0 GiB'."""
-    for unit in ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if nbytes < 1024 or unit == "PiB":
-            return f"{nbytes:.0f} {unit}" if unit == "bytes" else f"{nbytes:.1f} {unit}"
-        nbytes /= 1024
-    raise AssertionError  # unreachable
+    units = ("bytes", "KiB", "MiB", "GiB", "TiB", "PiB")
+    power = 0
+    while nbytes >= 1024 and power < len(units) - 1:
+        nbytes, power = nbytes / 1024, power + 1
+    return f"{nbytes:.0f} bytes" if power == 0 else f"{nbytes:.1f} {units[power]}"
 
 
 def check_fits(needs: Sequence[Need], available: int | None = None) -> None:

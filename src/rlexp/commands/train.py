@@ -10,7 +10,7 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
-from rlexp.checkpoints import PREVIOUS, DamagedCheckpoint, resume_checkpoint, write_failure
+from rlexp.checkpoints import PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
 from rlexp.errors import RunFailed, UserError
 from rlexp.files import check_writable
 from rlexp.rundirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep, new_run_dir,
@@ -58,6 +58,7 @@ def make_evaluator(cfg: DictConfig, run_dir: Path):
 
 
 def train(cfg: DictConfig) -> float | dict[str, float]:
+    from rlexp.agents.base import TrainingDiverged
     from rlexp.checks import check_presets
     from rlexp.logs import attach_run_log, detach_run_log
 
@@ -89,8 +90,9 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
         else:
             run_dir = claim_run_dir(run_dir)
             lock = RunLock(run_dir).acquire(run_dir_key(cfg))
-        handler = attach_run_log(run_dir)
+        handler = None
         try:
+            handler = attach_run_log(run_dir)
             if not resume:
                 write_run_config(run_dir, cfg)
             return _train(agent, cfg, run_dir, ckpt, restart=bool(resume) and ckpt is None)
@@ -99,8 +101,11 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
             if not resume and not in_sweep() and not (run_dir / ".hydra" / "config.yaml").exists():
                 shutil.rmtree(run_dir, ignore_errors=True)  # a run dir that can't even hold its config
             raise RunFailed(line) from None
+        except TrainingDiverged as e:
+            raise RunFailed(diverged(e, run_dir)) from None
         finally:
-            detach_run_log(handler)
+            if handler is not None:
+                detach_run_log(handler)
     finally:
         if lock is not None:
             lock.release()
