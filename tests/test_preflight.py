@@ -251,3 +251,12 @@ def test_the_python_api_checks_buffer_sizes_rollouts_and_episode_counts():
         agent.evaluate(envs, episodes=-1)
     with pytest.raises(UserError, match=r"^play.episodes=0 must be at least 1$"):
         agent.play(make_envs("CartPole-v1"), episodes=0)
+
+
+def test_fit_checks_its_run_dir_before_training():
+    from rlexp import PPO, make_envs
+
+    agent = PPO(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, n_steps=8, mini_batches=1, quiet=True)
+    with pytest.raises(UserError, match=r"^run_dir=/proc/rlexp-run: /proc (is not writable|can't hold a new dir)"):
+        agent.fit(max_steps=64, run_dir="/proc/rlexp-run")
+    assert agent.steps == 0

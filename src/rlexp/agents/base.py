@@ -561,6 +561,10 @@ class Agent:
         self._tracked_steps = -self.TRACK_EVERY_STEPS
         self.max_steps = int(float(max_steps))
         run_dir = Path(run_dir) if run_dir else None
+        if run_dir is not None:
+            from rlexp.files import check_writable
+
+            check_writable(run_dir, f"run_dir={run_dir}")
         self.config = dict(config or {})
         if run_dir is not None:
             self.history.path = run_dir / "history.parquet"
