@@ -102,7 +102,7 @@ def test_hydra_options_go_before_the_overrides(args, expected):
 
 
 def test_init_refuses_a_directory_it_cannot_write(tmp_path, monkeypatch):
-    from rlexp.commands import init
+    from rlexp import files as init
 
     blocker = tmp_path / "file"
     blocker.write_text("x")
@@ -156,10 +156,15 @@ def one_error_line(result) -> str:
     (["agent.lr.x=3"], "agent.lr.x: agent.lr is a value, not a section; set it with agent.lr=<value>"),
     (["+run.max_steps.x.y=3"], "run.max_steps.x.y: run.max_steps is a value, not a section; set it with "
                                "run.max_steps=<value>"),
+    (["env.n_envs=abc"], "error: env.n_envs='abc' must be an integer"),
+    (["seed=99999999999999999999999"], "error: seed=99999999999999999999999 is outside NumPy's seed range; use an "
+                                       "integer from 0 to 4294967295"),
+    (["hydra.run.dir=/proc/rlexp-run"], "error: hydra.run.dir=/proc/rlexp-run: can't make /proc/rlexp-run ("),
+    (["run_dir=/proc/rlexp-run"], "error: run_dir=/proc/rlexp-run: /proc "),  # root: can't hold a new directory
 ], ids=["max-steps-inf", "target-nan", "eval-deterministic-int", "play-section", "fallback", "env-kwargs-refused",
         "env-kwargs-type", "config-dir-missing", "init-dir-under-file", "preset-typo", "key-typo",
         "key-in-other-section", "run-key-typo", "plus-on-existing-key", "new-env-kwarg", "key-below-a-value",
-        "new-key-below-a-value"])
+        "new-key-below-a-value", "n-envs-type", "seed-range", "hydra-run-dir-unwritable", "run-dir-unwritable"])
 def test_bad_command_line_is_one_line_on_stderr(tmp_path, args, message):
     (tmp_path / "blocker").write_text("x")
     result = rlexp(tmp_path, *args, "run.max_steps=100" if not args[0].startswith("run.max_step") else "seed=0")

@@ -2,26 +2,29 @@
 frame-efficient one for Atari."""
 from __future__ import annotations
 
+import dataclasses
+from typing import Any
+
 import numpy as np
 
 from rlexp.errors import UserError
+from rlexp.memory import Need, human, space_bytes
 
 
-def _check_sizes(max_size: int, initial_size: int | None, batch_size: int) -> int:
-    """The transitions needed before `ready`: `initial_size` (None: batch_size), at least 1. A smaller
-    initial_size than batch_size is SB3's learning_starts: batches are drawn with replacement from what is held."""
-    max_size, batch_size = int(max_size), int(batch_size)
-    initial = batch_size if initial_size is None else int(initial_size)
-    if max_size < 1 or batch_size < 1:
-        raise UserError(f"buffer.max_size={max_size} and buffer.batch_size={batch_size} must be at least 1")
+def _check_sizes(max_size: int, initial_size: int | None, batch_size: int) -> tuple[int, int, int]:
+    """(max_size, transitions needed before `ready`, batch_size) as ints; the second is `initial_size` (None:
+    batch_size), at least 1. A smaller initial_size than batch_size is SB3's learning_starts: batches are drawn
+    with replacement from what is held."""
+    from rlexp.checks import whole
+
+    max_size, batch_size = whole("buffer.max_size", max_size, 1), whole("buffer.batch_size", batch_size, 1)
+    initial = batch_size if initial_size is None else whole("buffer.initial_size", initial_size, 0)
     if batch_size > max_size:
         raise UserError(f"buffer.batch_size={batch_size} is greater than buffer.max_size={max_size}")
-    if initial < 0:
-        raise UserError(f"buffer.initial_size={initial} must be at least 0")
     if initial > max_size:
         raise UserError(f"buffer.initial_size={initial} is greater than buffer.max_size={max_size}; "
                         "lower initial_size or raise max_size")
-    return max(initial, 1)
+    return max_size, max(initial, 1), batch_size
 
 
 class ReplayBuffer:
@@ -34,8 +37,7 @@ class ReplayBuffer:
     """
 
     def __init__(self, max_size: int = 10000, initial_size: int | None = None, batch_size: int = 32) -> None:
-        self.initial_size = _check_sizes(max_size, initial_size, batch_size)
-        self.max_size, self.batch_size = int(max_size), int(batch_size)
+        self.max_size, self.initial_size, self.batch_size = _check_sizes(max_size, initial_size, batch_size)
         self.size = 0  # transitions held
         self.index = 0  # next slot to write
         self.rng = np.random.default_rng()
@@ -87,12 +89,25 @@ class ReplayBuffer:
     def nbytes_per_transition(self) -> int:
         return int(sum(v[0].nbytes for v in self.data.values()))
 
+    EXTRA_BYTES = 8  # per transition besides observations and action: reward and terminated (float32)
+
+    def memory_need(self, observation_space: Any, action_space: Any, n_envs: int, n_steps: int = 1) -> Need:
+        """The replay storage `max_size` transitions will take (observation and next observation, action,
+        reward, flags), estimated before it is allocated."""
+        if n_envs > self.max_size:
+            raise UserError(f"buffer.max_size={self.max_size} holds fewer transitions than one step of env.n_envs="
+                            f"{n_envs} envs stores; raise buffer.max_size or lower env.n_envs")
+        per = 2 * space_bytes(observation_space) + space_bytes(action_space) + self.EXTRA_BYTES
+        return Need("replay storage", self.max_size * per, f"{self.max_size:,} transitions x {per} bytes",
+                    f"buffer.max_size={self.max_size}", "buffer.max_size")
+
 
 class NStepReplayBuffer(ReplayBuffer):
     """`ReplayBuffer` that also keeps where episodes end, and samples with n-step returns (DQfD): set `n`,
     `gamma` and `stride` (the number of envs: transitions of one env are that many slots apart) first."""
 
     n, gamma, stride = 1, 0.99, 1
+    EXTRA_BYTES = 12  # reward, terminated and episode end (float32)
 
     def add(self, obs, actions, rewards, next_obs, terminated, dones=None) -> None:
         dones = terminated if dones is None else dones
@@ -222,6 +237,12 @@ class PrioritizedReplayBuffer(ReplayBuffer):
             self._new = []
             self._tree.update(self.offset + slots, np.full(len(slots), self.max_priority**self.alpha))
         return self._tree
+
+    def memory_need(self, observation_space: Any, action_space: Any, n_envs: int, n_steps: int = 1) -> Need:
+        """The ring's storage plus the sum and min trees (two float64 arrays of twice the leaves, a power of 2)."""
+        need = super().memory_need(observation_space, action_space, n_envs, n_steps)
+        tree = 32 << max(self.max_size - 1, 0).bit_length()
+        return dataclasses.replace(need, nbytes=need.nbytes + tree, detail=f"{need.detail} + priorities {human(tree)}")
 
     @property
     def held(self) -> int:
@@ -436,8 +457,7 @@ class FrameBuffer:
     """
 
     def __init__(self, max_size: int = 100000, initial_size: int | None = None, batch_size: int = 32) -> None:
-        self.initial_size = _check_sizes(max_size, initial_size, batch_size)
-        self.max_size, self.batch_size = int(max_size), int(batch_size)
+        self.max_size, self.initial_size, self.batch_size = _check_sizes(max_size, initial_size, batch_size)
         self.rng = np.random.default_rng()
         self.n_envs = self.capacity = self.stack = 0
         self.size = 0  # sampleable transitions written (capped by the ring)
@@ -533,6 +553,15 @@ class FrameBuffer:
         per_entry = self.frames[0, 0].nbytes + self.actions[0, 0].nbytes + 4 + 4 + 1 + 8
         return int(per_entry * self.n_envs * self.capacity / max(self.max_size, 1))
 
+    def memory_need(self, observation_space: Any, action_space: Any, n_envs: int, n_steps: int = 1) -> Need:
+        """The storage of `_allocate`: each env's ring of entries, each the newest frame of a stack (stored once)
+        with its action, reward, terminated, valid flag and episode start."""
+        entries = n_envs * (self.max_size // max(n_envs, 1) + 1)
+        frame = space_bytes(observation_space) // max(int(observation_space.shape[0]), 1)
+        per = frame + space_bytes(action_space) + 4 + 4 + 1 + 8
+        return Need("replay storage", entries * per, f"{entries:,} frames (each stored once) x {per} bytes",
+                    f"buffer.max_size={self.max_size}", "buffer.max_size")
+
 
 class RolloutBuffer:
     """Replay of whole rollouts (ACER): each entry is n_steps x n_envs transitions with the behaviour
@@ -547,9 +576,11 @@ class RolloutBuffer:
     KEYS = ("obs", "actions", "rewards", "dones", "mu")
 
     def __init__(self, max_size: int = 50000, initial_size: int | None = None, batch_size: int = 1) -> None:
-        self.max_size, self.batch_size = int(max_size), int(batch_size)
-        self.initial_size = 0 if initial_size is None else int(initial_size)
-        if self.max_size < 1 or self.initial_size > self.max_size:
+        from rlexp.checks import whole
+
+        self.max_size, self.batch_size = whole("buffer.max_size", max_size, 1), whole("buffer.batch_size", batch_size, 1)
+        self.initial_size = 0 if initial_size is None else whole("buffer.initial_size", initial_size, 0)
+        if self.initial_size > self.max_size:
             raise UserError(f"buffer.max_size={self.max_size} must be at least 1 and at least "
                             f"buffer.initial_size={self.initial_size}")
         self.rng = np.random.default_rng()
@@ -598,3 +629,14 @@ class RolloutBuffer:
 
     def nbytes_per_transition(self) -> int:
         return int(sum(v[0].nbytes for v in self.data.values()) / max(self.transitions_per_rollout, 1))
+
+    def memory_need(self, observation_space: Any, action_space: Any, n_envs: int, n_steps: int = 1) -> Need:
+        """The storage of `add`: whole rollouts of `n_steps` x `n_envs` (observations with the final ones,
+        actions, rewards, dones, the behaviour policy's probabilities of each action)."""
+        rollout = n_steps * n_envs
+        count = max(self.max_size // max(rollout, 1), 1)
+        obs = space_bytes(observation_space)
+        per_rollout = (n_steps + 1) * n_envs * obs + rollout * (space_bytes(action_space) + 8 + 4 *
+                                                               int(getattr(action_space, "n", 1)))
+        return Need("replay storage", count * per_rollout, f"{count:,} rollouts x {human(per_rollout)}",
+                    f"buffer.max_size={self.max_size}", "buffer.max_size")

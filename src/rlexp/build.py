@@ -145,6 +145,26 @@ def check_types(section: str, node: Any, cls: type) -> None:
             raise UserError(f"{section}.{key}={value!r} must be {' or '.join(wanted[t] for t in simple)}")
 
 
+PROBE_ABOVE = 64  # env.n_envs beyond which the run's memory is checked on one probe env before the envs are made
+
+
+def check_memory_first(cfg: DictConfig, cls: type, buffer: Any, model: Mapping[str, Any]) -> None:
+    """The run's memory needs (rlexp.memory) from the spaces of one probe env, before env.n_envs envs are made
+    (the agent checks them again once built): a run too large for the machine is refused without making a
+    million env copies first."""
+    from rlexp.envs import env_from_config, is_image
+    from rlexp.memory import check_fits
+
+    probe = env_from_config(cfg.env, cfg.seed, n_envs=1, vectorization="sync")
+    try:
+        obs_space, action_space = probe.single_observation_space, probe.single_action_space
+    finally:
+        probe.close()
+    preset = cls.resolve_model(model, is_image(obs_space))
+    params = OmegaConf.to_container(cfg.agent, resolve=True)
+    check_fits(cls.memory_needs(obs_space, action_space, int(cfg.env.n_envs), params, buffer, preset))
+
+
 def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None):
     """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class)."""
     from rlexp.envs import env_from_config
@@ -155,12 +175,6 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     overrides = {"render_mode": render_mode} if render_mode else {}
     if n_envs is not None:
         overrides["n_envs"] = n_envs
-    envs = env_from_config(cfg.env, cfg.seed, **overrides)
-    check_pairing(cls, envs, cfg.env.id)
-    from rlexp.envs import is_image
-
-    image_obs = is_image(envs.single_observation_space)
-    configure_threads(cfg.run, image_obs)
     buffer = None
     if cls.off_policy:
         buffer_target = str(cfg.buffer.get("_target_", ""))
@@ -171,8 +185,16 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
 
         check_types("buffer", {k: v for k, v in cfg.buffer.items() if k != "_target_"},
                     getattr(buffers, buffer_target.rsplit(".", 1)[-1], object))
-        buffer = instantiate(cfg.buffer)
+        buffer = instantiate(cfg.buffer)  # sizes only: its storage is allocated as it fills
     model = OmegaConf.to_container(cfg.model, resolve=True)
+    if int(cfg.env.n_envs) > PROBE_ABOVE and n_envs is None:
+        check_memory_first(cfg, cls, buffer, model)
+    envs = env_from_config(cfg.env, cfg.seed, **overrides)
+    check_pairing(cls, envs, cfg.env.id)
+    from rlexp.envs import is_image
+
+    image_obs = is_image(envs.single_observation_space)
+    configure_threads(cfg.run, image_obs)
     # an agent built to play or evaluate (n_envs given) never trains: its rollout's minibatch split doesn't apply
     playing = {"mini_batches": 1} if n_envs is not None and "mini_batches" in cfg.agent else {}
     precision = resolve_precision(cfg.run.get("mixed_precision", False), cls, image_obs, is_recurrent(model), model)

@@ -4,7 +4,7 @@ from __future__ import annotations
 import inspect
 import math
 from pathlib import Path
-from typing import Any
+from typing import Any, Mapping
 
 from omegaconf import DictConfig
 
@@ -14,6 +14,11 @@ PROGRESS = ("auto", "bar", "log", "none")
 PRECISIONS = ("auto", False, True, "float16", "bfloat16")
 FALLBACKS = ("auto", "none", None)  # null: none
 SECTIONS = {"run": "run.max_steps=1e5", "play": "play.episodes=3"}
+SEED_MAX = 2**32 - 1  # NumPy's legacy seeding (Keras' set_random_seed) takes seeds in [0, 2**32)
+# make_envs' whole-number arguments: the least value each takes (max_episode_steps: null for the env's own limit)
+ENV_WHOLE = {"n_envs": 1, "frame_stack": 1, "screen_size": 1, "noop_max": 0, "max_episode_steps": 1}
+ENV_FLAGS = ("preprocess", "max_frame", "life_loss_terminal", "clip_rewards")
+VECTORIZATIONS = ("auto", "sync", "async", "vector", "graph", "envpool")
 
 
 def _one_of(value: Any, allowed: tuple) -> bool:
@@ -50,6 +55,51 @@ def _number(key: str, value: Any, minimum: float | None = None, above: float | N
     return number
 
 
+def whole(key: str, value: Any, least: int, nullable: bool = False) -> int | None:
+    """`value` as an int of at least `least` (1e3 and '1e3' too), else one line naming `key`."""
+    if value is None and nullable:
+        return None
+    number = _number(key, value, integer=True, nullable=nullable)
+    if number < least:
+        raise UserError(f"{key}={value!r} must be at least {least}")
+    return int(value) if isinstance(value, int) else int(number)
+
+
+def check_seed(seed: Any, key: str = "seed") -> int | None:
+    """A seed as an int in NumPy's range [0, 2**32), or None (no seed)."""
+    if seed is None:
+        return None
+    _number(key, seed, integer=True)
+    value = int(seed) if isinstance(seed, int) else int(float(seed))
+    if not 0 <= value <= SEED_MAX:
+        raise UserError(f"{key}={seed!r} is outside NumPy's seed range; use an integer from 0 to {SEED_MAX}")
+    return value
+
+
+def check_env_values(values: Mapping[str, Any], prefix: str = "env.") -> dict[str, Any]:
+    """An env section's (or make_envs' arguments') counts as ints, flags as booleans, vectorization among its
+    options; a one-line error naming the key otherwise. Keys that are absent are left out."""
+    checked: dict[str, Any] = {}
+    for key, least in ENV_WHOLE.items():
+        if key in values:
+            checked[key] = whole(f"{prefix}{key}", values[key], least, nullable=key == "max_episode_steps")
+    for key in ENV_FLAGS:
+        if key in values and not isinstance(values[key], bool):
+            raise UserError(f"{prefix}{key}={values[key]!r} must be true or false")
+    if "vectorization" in values and not _one_of(values["vectorization"], VECTORIZATIONS):
+        raise UserError(f"{prefix}vectorization={values['vectorization']!r} must be one of "
+                        f"{', '.join(VECTORIZATIONS)}")
+    return checked
+
+
+def check_fit_arguments(max_steps: Any, target_reward: Any, checkpoint_interval: Any, history_interval: Any) -> None:
+    """`Agent.fit`'s arguments, checked as the run.* keys they mirror."""
+    _number("run.max_steps", max_steps, above=0)
+    _number("run.target_reward", target_reward, nullable=True)
+    _number("run.checkpoint_interval", checkpoint_interval, minimum=0)
+    _number("run.history_interval", history_interval, minimum=0)
+
+
 def check_command(cfg: DictConfig) -> None:
     """Top-level values of this command line (not of a stored run config): fallback and the run/play sections."""
     if not _one_of(cfg.get("fallback", "auto"), FALLBACKS):
@@ -62,17 +112,15 @@ def check_command(cfg: DictConfig) -> None:
 
 
 def check_settings(cfg: DictConfig) -> None:
-    """mode-independent values: seed, run.*, play.* by type and range."""
-    if cfg.get("seed") is not None:
-        _number("seed", cfg.seed, minimum=0, integer=True)
+    """mode-independent values: seed, env.*, run.*, play.* by type and range."""
+    check_seed(cfg.get("seed"))
+    if isinstance(cfg.get("env"), DictConfig):
+        check_env_values(cfg.env)
     run = cfg.run
-    _number("run.max_steps", run.max_steps, above=0)
-    _number("run.target_reward", run.target_reward, nullable=True)
+    check_fit_arguments(run.max_steps, run.target_reward, run.checkpoint_interval, run.history_interval)
     _number("run.eval_episodes", run.eval_episodes, minimum=0, integer=True)
     _number("run.eval_interval", run.get("eval_interval", 0), minimum=0, integer=True)
     _number("run.keep_checkpoints", run.get("keep_checkpoints", 0), minimum=0, integer=True)
-    _number("run.checkpoint_interval", run.checkpoint_interval, minimum=0)
-    _number("run.history_interval", run.history_interval, minimum=0)
     if run.get("keep_checkpoints", 0) and not run.get("eval_interval", 0):
         raise UserError("run.keep_checkpoints keeps the checkpoints written at evaluations; "
                         "set run.eval_interval too (e.g. run.eval_interval=10000)")

@@ -123,6 +123,15 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     "module:EnvId-v0". `wrappers`: [{_target_: wrapper class, **kwargs}] applied to each env copy (see
     `env_wrappers`); envs with wrappers are built as sync or async env copies.
     """
+    from rlexp.checks import check_env_values, check_seed
+
+    seed = check_seed(seed, "seed")
+    counts = check_env_values(dict(n_envs=n_envs, frame_stack=frame_stack, screen_size=screen_size,
+                                   noop_max=noop_max, max_episode_steps=max_episode_steps, preprocess=preprocess,
+                                   max_frame=max_frame, life_loss_terminal=life_loss_terminal,
+                                   vectorization=vectorization))
+    n_envs, frame_stack, screen_size, noop_max, max_episode_steps = (counts[k] for k in (
+        "n_envs", "frame_stack", "screen_size", "noop_max", "max_episode_steps"))
     import_env_modules(imports)
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise UserError(f"env.kwargs={kwargs!r} must be a mapping of the env's keyword arguments; set them one by one: "
@@ -131,14 +140,9 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
         module, env_id = env_id.split(":", 1)
         import_env_modules([module], key="env.id")
     extra_wrappers = env_wrappers(wrappers, imports)
-    if n_envs < 1:
-        raise UserError(f"env.n_envs={n_envs} must be at least 1")
     if life_loss_terminal and not preprocess:
         raise UserError("env.life_loss_terminal=true flags lost lives of Atari games: set env.preprocess=true too "
                         "(or env.life_loss_terminal=false)")
-    if vectorization not in ("auto", "sync", "async", "vector", "graph", "envpool"):
-        raise UserError(f"env.vectorization={vectorization!r} must be 'auto', 'sync', 'async', 'vector', 'graph' "
-                        "or 'envpool'")
     if vectorization == "auto":
         plain = not (preprocess or kwargs or extra_wrappers)
         pays = n_envs >= VECTOR_MIN_ENVS and plain
@@ -150,6 +154,9 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
             vectorization = "vector" if env_id in NUMPY_VECTOR_ENVS and pays else "sync"
     if vectorization == "envpool" and render_mode:  # EnvPool doesn't render: play and videos use env copies
         vectorization = "sync"
+    from rlexp.memory import check_env_copies
+
+    check_env_copies(env_id, n_envs, "sync" if render_mode and vectorization in ("vector", "graph") else vectorization)
     if vectorization == "envpool":
         if not preprocess or kwargs or extra_wrappers:
             raise UserError("env.vectorization=envpool runs Atari ids with env.preprocess=true and no env.kwargs "

@@ -19,6 +19,11 @@ class SweepError(UserError, CompactHydraException):
     """A mistake in a sweep's command (search space, study); Hydra prints it as one line."""
 
 
+class RunFailed(Exception):
+    """A run that could not go on (a write failed: disk full, permissions); the message says what is left on disk
+    and how to continue."""
+
+
 class TrialFailed(Exception):
     """A sweep trial that ended with an error; the message is the one line the sweep records."""
 
@@ -67,6 +72,16 @@ def hydra_error_line(error: Exception) -> str | None:
         return (f"can't read an override: {_first_line(error)}; write group=option or key=value, quoting values "
                 f"with spaces or brackets ('key=[1, 2]')" + (f" (syntax: {docs.group(0)})" if docs else ""))
     return None
+
+
+OUTPUT_DIR_KEYS = ("hydra.run.dir", "hydra.sweep.dir")
+
+
+def output_dir_error(error: OSError, args: list[str]) -> str:
+    """One line for an output dir that Hydra could not make before the task started, naming the setting given."""
+    given = next((arg for arg in args if arg.split("=", 1)[0].lstrip("+") in OUTPUT_DIR_KEYS), None)
+    return (f"{given + ': ' if given else ''}can't make {error.filename or 'the output directory'} "
+            f"({error.strerror or error}); pick a directory you can write to")
 
 
 def yaml_error_line(error: yaml.YAMLError) -> str:

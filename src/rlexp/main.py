@@ -19,7 +19,7 @@ from rlexp.commands.init import init_presets
 from rlexp.commands.play import play_or_eval
 from rlexp.commands.plot import plot_runs
 from rlexp.commands.train import train
-from rlexp.errors import Started, TrialFailed, UserError
+from rlexp.errors import RunFailed, Started, TrialFailed, UserError
 from rlexp.quiet import skip_keras_extras
 from rlexp.rundirs import in_sweep
 
@@ -52,12 +52,12 @@ def main(cfg: DictConfig) -> float:
     except InterpolationResolutionError as e:  # a ${...} in a preset or on the command line that leads nowhere
         message = str(e).splitlines()[0] if str(e) else type(e).__name__
         _fail(f"{e.full_key or 'config'}: {message}; fix that ${{...}} in your preset or on the command line", 2)
+    except RunFailed as e:
+        _fail(str(e), 1)
     except TrainingDiverged as e:
         _fail(f"training diverged: {e}; the last good checkpoint is in checkpoints/last.ckpt", 1)
-    except OSError as e:  # disk full, permissions, ...: the previous checkpoint stays complete
-        after = ("; the previous checkpoint is intact (free space or fix permissions, then +resume)"
-                 if cfg.get("mode") == "train" else " (free space or fix permissions)")
-        _fail(f"could not write {e.filename or 'a file'}: {e.strerror or e}{after}", 1)
+    except OSError as e:  # disk full, permissions, ... outside a run's training (which says what is on disk)
+        _fail(f"could not write {e.filename or 'a file'}: {e.strerror or e} (free space or fix permissions)", 1)
     finally:  # a sweep's next trial in this process: this trial's objects can be collected again
         gc.unfreeze()
         gc.enable()
@@ -128,7 +128,7 @@ def report_input_errors(report: Callable[[Callable[[], Any]], Any], func: Callab
     import yaml
     from hydra.errors import ConfigCompositionException, OverrideParseException
 
-    from rlexp.errors import hydra_error_line
+    from rlexp.errors import hydra_error_line, output_dir_error
 
     def attempt() -> Any:
         try:
@@ -138,6 +138,11 @@ def report_input_errors(report: Callable[[Callable[[], Any]], Any], func: Callab
             if line is None:
                 raise
             print(f"error: {line}", file=sys.stderr)
+            sys.exit(2)
+        except OSError as e:  # Hydra could not make its output dir (hydra.run.dir) before the task started
+            if Started.value or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            print(f"error: {output_dir_error(e, sys.argv[1:])}", file=sys.stderr)
             sys.exit(2)
 
     return report(attempt)

@@ -10,6 +10,7 @@ from typing import Sequence
 import numpy as np
 
 from rlexp.errors import UserError
+from rlexp.files import cannot_make_dir_in
 from rlexp.wrappers import with_lost_lives
 
 log = logging.getLogger("rlexp")
@@ -38,6 +39,9 @@ def check_writable_dir(path: str | os.PathLike, key: str) -> Path:
         raise UserError(f"+{key}={path} can't be created ({existing} is not a directory); pick a writable directory")
     if not os.access(existing, os.W_OK | os.X_OK):
         raise UserError(f"+{key}={path} is not writable; pick a writable directory")
+    reason = cannot_make_dir_in(existing)
+    if reason:
+        raise UserError(f"+{key}={path} can't be created ({existing}: {reason}); pick a writable directory")
     return path
 
 
@@ -106,6 +110,11 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
     """Play `episodes` episodes in a 1-env vector env (deterministic actions, or drawn from the policy);
     returns each episode's return. A `recorder` (rlexp.demos.DemoRecorder) keeps the episodes as
     demonstrations."""
+    from rlexp.checks import _number, whole
+
+    episodes, fps = whole("play.episodes", episodes, 1), whole("play.fps", fps, 1)
+    frame_frequency = whole("play.frame_frequency", frame_frequency, 1)
+    frame_delay = _number("play.frame_delay", frame_delay, minimum=0)
     video_path = check_writable_dir(video_dir, "video_dir") if video_dir else None
     frame_path = check_writable_dir(frame_dir, "frame_dir") if frame_dir else None
     capture = video_path is not None or frame_path is not None

@@ -78,7 +78,8 @@ def find_checkpoint(cfg: DictConfig, explicit: str | None) -> Path:
     for _, ckpt in sorted(candidates, reverse=True):
         try:
             stored = Agent.read_state(ckpt).get("config", {})
-        except UserError:
+        except UserError as e:
+            log.warning(f"warning: skipped a damaged checkpoint: {str(e).split('; ')[0]}")
             continue
         if stored.get("agent", {}).get("_target_") == cfg.agent._target_ and stored.get("env", {}).get("id") == cfg.env.id:
             return ckpt
@@ -101,11 +102,12 @@ def no_best_reason(last: Path) -> str:
             f"{int(state.get('episodes', 0)):,}")
 
 
-def stored_config(ckpt: Path, cfg: DictConfig) -> DictConfig:
-    """The config a checkpoint was trained with, with this command's mode, play.* and explicit run.* settings."""
+def stored_config(ckpt: Path, cfg: DictConfig, stored: dict[str, Any] | None = None) -> DictConfig:
+    """The config a checkpoint was trained with (or `stored`, read from `ckpt`'s run otherwise), with this
+    command's mode, play.* and explicit run.* settings."""
     from rlexp.agents.base import Agent
 
-    stored = Agent.read_state(ckpt).get("config")
+    stored = Agent.read_state(ckpt).get("config") if stored is None else stored
     if not stored:
         raise UserError(f"checkpoint {ckpt} has no stored config; it was not written by `python -m rlexp`")
     merged = with_legacy_defaults(OmegaConf.create(stored))
@@ -168,10 +170,20 @@ def check_resume_overrides(cfg: DictConfig, stored: DictConfig) -> None:
 
 def new_run_dir(cfg: DictConfig) -> Path:
     """A fresh training run's dir name: the sweep's trial dir, else run_dir (outputs/<date>/<time>_<agent>_<env>,
-    the env named by `env_display_name`). Not made yet: `claim_run_dir` makes it once training starts."""
+    the env named by `env_display_name`), checked to be writable. Not made yet: `claim_run_dir` makes it once
+    training starts."""
+    from rlexp.files import check_writable
+
+    run_dir = Path(HydraConfig.get().runtime.output_dir) if in_sweep() else absolute(str(cfg.run_dir))
+    check_writable(run_dir, run_dir_key(cfg))
+    return run_dir
+
+
+def run_dir_key(cfg: DictConfig) -> str:
+    """The setting that names a fresh run's dir, as key=value for messages."""
     if in_sweep():
-        return Path(HydraConfig.get().runtime.output_dir)
-    return absolute(str(cfg.run_dir))
+        return f"hydra.sweep.dir={HydraConfig.get().sweep.dir}"
+    return f"run_dir={cfg.run_dir}"
 
 
 def claim_run_dir(run_dir: Path) -> Path:

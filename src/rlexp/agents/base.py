@@ -22,11 +22,13 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.agents.distributions import no_autograph
+from rlexp.checkpoints import PREVIOUS, read_arrays, read_state
 from rlexp.envs import is_image, is_structured, observation_parts, space_kind
 from rlexp.errors import UserError
 from rlexp.files import write_atomic
 from rlexp.graph_envs import GraphVectorEnv
 from rlexp.history import History, plot_history
+from rlexp.memory import Need, check_fits, init_default
 from rlexp.models import build_model, is_recurrent
 from rlexp.normalize import Normalizer
 from rlexp.progress import Progress
@@ -158,6 +160,9 @@ class Agent:
             raise UserError(f"rlexp needs vector envs that reset in the step an episode ends: build them with "
                             f"rlexp.envs.make_envs, or gym.make_vec(..., vector_kwargs={{'autoreset_mode': "
                             f"gym.vector.AutoresetMode.SAME_STEP}}) (got {autoreset})")
+        from rlexp.checks import check_seed
+
+        seed = check_seed(seed)
         if seed is not None:  # Keras initialisers, Python's and NumPy's generators, deterministic ops (as the CLI)
             import keras
 
@@ -213,6 +218,8 @@ class Agent:
         if self.action_kind == "multi_discrete" and len(self.action_space.shape) != 1:
             raise UserError(f"MultiDiscrete actions must be one-dimensional (got shape {self.action_space.shape})")
         self.model_preset = self._resolve_model(model)
+        check_fits(type(self).memory_needs(self.observation_space, self.action_space, self.n_envs, vars(self),
+                                           buffer, self.model_preset))
         self.recurrent = is_recurrent(self.model_preset)
         if self.recurrent and not self.recurrent_models:
             raise UserError(f"model={self.model_preset.get('name')} has recurrent (lstm/gru) layers, which "
@@ -287,16 +294,32 @@ class Agent:
         """Training-only tf.Variables (e.g. exploration noise per env): in full checkpoints, restored on resume."""
         return {}
 
+    @classmethod
+    def memory_needs(cls, observation_space: gym.Space, action_space: gym.Space, n_envs: int,
+                     params: Mapping[str, Any], buffer: Any, model: Mapping[str, Any]) -> list[Need]:
+        """The large allocations of a run with these spaces, `n_envs` envs, constructor arguments `params`
+        (missing ones: their defaults), replay `buffer` and model preset, estimated before any is made
+        (rlexp.memory): here the buffer's storage; families add theirs."""
+        if buffer is None or not hasattr(buffer, "memory_need"):
+            return []
+        n_steps = int(params.get("n_steps") or init_default(cls, "n_steps", 1))
+        return [buffer.memory_need(observation_space, action_space, n_envs, n_steps)]
+
     # ----- building blocks ------------------------------------------------------------------------
-    def _resolve_model(self, model: Mapping[str, Any] | str | None) -> dict[str, Any]:
+    @classmethod
+    def resolve_model(cls, model: Mapping[str, Any] | str | None, image_obs: bool) -> dict[str, Any]:
+        """A model preset (mapping or name); None or 'auto' (or no layers): the default for the observations."""
         if model is None or isinstance(model, str):
             name = model or "auto"
             model = load_model_preset(name) if name != "auto" else {"name": "auto"}
         model = dict(model)
         if model.get("name") == "auto" or not model.get("layers"):
-            kind = "image" if self.image_obs else "vector"
-            model = load_model_preset(model.get(kind) or self.default_models[kind])
+            kind = "image" if image_obs else "vector"
+            model = load_model_preset(model.get(kind) or cls.default_models[kind])
         return model
+
+    def _resolve_model(self, model: Mapping[str, Any] | str | None) -> dict[str, Any]:
+        return self.resolve_model(model, self.image_obs)
 
     def build_model(self, heads: Mapping[str, int], name: str = "model", preset: Mapping[str, Any] | None = None,
                     extra_inputs: int = 0, latent_of: str | None = None):
@@ -519,7 +542,8 @@ class Agent:
             config: Mapping[str, Any] | None = None, tracker: Any = None, evaluator: Any = None) -> dict[str, Any]:
         """Train until `max_steps` env steps, the target mean reward, or early stopping.
 
-        With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there; best.ckpt
+        With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there (the last.ckpt
+        each save replaces stays as previous.ckpt, which resume falls back to if last.ckpt is damaged); best.ckpt
         holds the best mean over a full `reward_buffer_size` window of training episodes (none before the first
         full window), or with an `evaluator` (rlexp.evaluation.Evaluator) the best evaluation.
         `tracker` (see rlexp.tracking) receives episode returns, losses, learning rate, steps/s and evaluations;
@@ -530,10 +554,17 @@ class Agent:
         """
         from rlexp.tracking import Tracker
 
+        from rlexp.checks import check_fit_arguments
+
+        check_fit_arguments(max_steps, target_reward, checkpoint_interval, history_interval)
         tracker = tracker or Tracker()
         self._tracked_steps = -self.TRACK_EVERY_STEPS
         self.max_steps = int(float(max_steps))
         run_dir = Path(run_dir) if run_dir else None
+        if run_dir is not None:
+            from rlexp.files import check_writable
+
+            check_writable(run_dir, f"run_dir={run_dir}")
         self.config = dict(config or {})
         if run_dir is not None:
             self.history.path = run_dir / "history.parquet"
@@ -567,7 +598,7 @@ class Agent:
                         self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
                         best_pending, last_best = False, now
                     if now - last_checkpoint >= checkpoint_interval:
-                        self.save(run_dir / "checkpoints" / "last.ckpt")
+                        self.save(run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
                         tracker.flush()
                         last_checkpoint = last_flush = now
                     elif now - last_flush >= history_interval:
@@ -579,7 +610,7 @@ class Agent:
         if run_dir is not None:
             if best_pending:
                 self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
-            self.save(run_dir / "checkpoints" / "last.ckpt")
+            self.save(run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
             tracker.flush()
             if len(self.history):
                 plot_history({run_dir.name: self.history.columns()}, run_dir / "history.png")
@@ -697,6 +728,9 @@ class Agent:
         deterministic policy or (`deterministic=False`) actions drawn from it. With a seed, each call starts
         from the same env seeds and generator state, so evaluations differ only by the weights. A recurrent
         policy's state restarts at episode starts and lost lives, as in training."""
+        from rlexp.checks import whole
+
+        episodes = whole("run.eval_episodes", episodes, 0)
         n = envs.num_envs
         quota = np.array([episodes // n + (i < episodes % n) for i in range(n)])
         returns: list[float] = []
@@ -726,8 +760,9 @@ class Agent:
                     rng=self.rng.bit_generator.state, config=getattr(self, "config", {}),
                     observation_shape=list(self.obs_shape), n_actions=self.n_actions)
 
-    def save(self, path: str | Path, full: bool = True) -> None:
-        """Write weights (and, if `full`, everything resume needs) atomically to one .ckpt (npz) file."""
+    def save(self, path: str | Path, full: bool = True, keep_previous: bool = False) -> None:
+        """Write weights (and, if `full`, everything resume needs) atomically to one .ckpt (npz) file; with
+        `keep_previous` the file it replaces stays as previous.ckpt beside it."""
         arrays: dict[str, np.ndarray] = {}
         for name, model in self.models().items():
             for i, w in enumerate(model.get_weights()):
@@ -750,19 +785,16 @@ class Agent:
                 arrays[f"history/{k}"] = np.asarray(v)
         state = self._state() | {"full": full}
         arrays["state"] = np.frombuffer(json.dumps(state, default=float).encode(), np.uint8)
-        write_atomic(path, lambda f: np.savez(f, **arrays))
+        keep = Path(path).with_name(PREVIOUS) if keep_previous else None
+        write_atomic(path, lambda f: np.savez(f, **arrays), keep=keep)
         if full:
             self.history.flush()
 
     @staticmethod
     def read_state(path: str | Path) -> dict[str, Any]:
-        """The JSON state stored in a checkpoint (agent name, steps, config, ...)."""
-        try:
-            with np.load(path) as data:
-                return json.loads(bytes(data["state"]).decode())
-        except (OSError, ValueError, KeyError, EOFError) as e:
-            raise UserError(f"checkpoint {path} is not a readable rlexp checkpoint ({type(e).__name__}); "
-                            "pick another run or retrain") from None
+        """The JSON state stored in a checkpoint (agent name, steps, config, ...); a damaged file is one line
+        naming it (rlexp.checkpoints)."""
+        return read_state(path)
 
     def load(self, path: str | Path, weights_only: bool = False) -> dict[str, Any]:
         """Restore a checkpoint written by `save` (weights only, or the full training state)."""
@@ -772,28 +804,28 @@ class Agent:
         if tuple(state.get("observation_shape", self.obs_shape)) != self.obs_shape or state.get("n_actions") != self.n_actions:
             raise UserError(f"checkpoint {path} was trained on another environment (observations "
                             f"{tuple(state.get('observation_shape'))}, {state.get('n_actions')} actions)")
-        with np.load(path) as data:
-            for name, model in self.models().items():
-                model.set_weights([data[f"model/{name}/{i}"] for i in range(len(model.get_weights()))])
-            for name, var in self.extra_variables().items():
-                var.assign(data[f"var/{name}"])
-            self.normalizer.load_state_dict({k[11:]: data[k] for k in data.files if k.startswith("normalizer/")})
-            if weights_only:
-                return state
-            if not state.get("full"):
-                raise UserError(f"checkpoint {path} holds weights only; resume from checkpoints/last.ckpt")
-            for name, var in self.resume_variables().items():
-                var.assign(data[f"resume/{name}"])
-            for name, opt in self.optimizers().items():
-                model_vars = self.trainable_variables(name)
-                if not opt.built:
-                    opt.build(model_vars)
-                for i, v in enumerate(opt.variables):
-                    v.assign(data[f"opt/{name}/{i}"])
-            self.tf_rng.reset(data["tf_rng"])
-            if self.buffer is not None:
-                self.buffer.load_state_dict({k[7:]: data[k] for k in data.files if k.startswith("buffer/")})
-            rows = {k[8:]: data[k].tolist() for k in data.files if k.startswith("history/")}
+        data = read_arrays(path)  # all of it, checksums verified, before anything is assigned
+        for name, model in self.models().items():
+            model.set_weights([data[f"model/{name}/{i}"] for i in range(len(model.get_weights()))])
+        for name, var in self.extra_variables().items():
+            var.assign(data[f"var/{name}"])
+        self.normalizer.load_state_dict({k[11:]: data[k] for k in data if k.startswith("normalizer/")})
+        if weights_only:
+            return state
+        if not state.get("full"):
+            raise UserError(f"checkpoint {path} holds weights only; resume from checkpoints/last.ckpt")
+        for name, var in self.resume_variables().items():
+            var.assign(data[f"resume/{name}"])
+        for name, opt in self.optimizers().items():
+            model_vars = self.trainable_variables(name)
+            if not opt.built:
+                opt.build(model_vars)
+            for i, v in enumerate(opt.variables):
+                v.assign(data[f"opt/{name}/{i}"])
+        self.tf_rng.reset(data["tf_rng"])
+        if self.buffer is not None:
+            self.buffer.load_state_dict({k[7:]: data[k] for k in data if k.startswith("buffer/")})
+        rows = {k[8:]: data[k].tolist() for k in data if k.startswith("history/")}
         self.steps, self.episodes, self.train_time = int(state["steps"]), int(state["episodes"]), float(state["train_time"])
         self.best_reward = float(state["best_reward"])
         self.rewards.clear()

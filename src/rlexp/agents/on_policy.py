@@ -14,6 +14,7 @@ from rlexp.agents.base import Agent
 from rlexp.agents.distributions import no_autograph
 from rlexp.envs import space_kind
 from rlexp.errors import UserError
+from rlexp.memory import Need, activation_floats, init_default, space_bytes
 
 
 class OnPolicyAgent(Agent):
@@ -53,9 +54,9 @@ class OnPolicyAgent(Agent):
     def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128,
                  log_std_init: float = 0.0, state_dependent_std: bool = False, use_sde: bool = False,
                  sde_sample_freq: int = -1, sequence_length: int | None = None, **kwargs) -> None:
-        if int(n_steps) < 1:
-            raise UserError(f"agent.n_steps={n_steps} must be at least 1")
-        self.n_steps = int(n_steps)
+        from rlexp.checks import whole
+
+        self.n_steps = n_steps = whole("agent.n_steps", n_steps, 1)
         self.sequence_length = int(sequence_length or n_steps)
         if self.sequence_length < 1 or self.n_steps % self.sequence_length:
             raise UserError(f"agent.sequence_length={sequence_length} must divide agent.n_steps={n_steps}")
@@ -69,6 +70,29 @@ class OnPolicyAgent(Agent):
         self.updates_per_call = max(1, -(-self.STEPS_PER_CALL // (self.n_steps * self.n_envs)))
         if self.lr_schedule == "kl_adaptive":  # the rate adapts to each update's KL: one cycle per call
             self.updates_per_call = 1
+
+    @classmethod
+    def memory_needs(cls, observation_space, action_space, n_envs, params, buffer, model) -> list[Need]:
+        """The rollout's storage (observations, the final ones of vector observations, actions and five floats
+        a transition) and the activations of the update's largest batch (a PPO minibatch, else the rollout),
+        besides a replay buffer's storage (ACER)."""
+        from rlexp.envs import is_image
+
+        n_steps = int(params.get("n_steps") or init_default(cls, "n_steps", 1))
+        rows = n_steps * n_envs
+        image = is_image(observation_space)
+        per_row = space_bytes(observation_space) * (1 if image else 2) + space_bytes(action_space) + 20
+        batches = max(int(params.get("mini_batches") or init_default(cls, "mini_batches", 1)), 1)
+        batch_rows = rows // batches
+        floats = activation_floats(model, observation_space.shape, 2 if cls.critic else 1, image)
+        keys = f"agent.n_steps={n_steps} x env.n_envs={n_envs}"
+        fix = "agent.n_steps or env.n_envs"
+        if init_default(cls, "mini_batches") is not None:
+            fix += " (or raise agent.mini_batches)"
+        return [*super().memory_needs(observation_space, action_space, n_envs, params, buffer, model),
+                Need("rollout storage", rows * per_row, f"{rows:,} transitions x {per_row} bytes", keys, fix),
+                Need("the update's activations", batch_rows * floats * 4, f"{batch_rows:,} rows x {floats * 4:,} "
+                     "bytes", keys, fix)]
 
     @property
     def steps_in_graph(self) -> bool:

@@ -22,10 +22,9 @@ from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf
 
 from rlexp.checks import _number, _one_of
-from rlexp.commands.init import check_writable
 from rlexp.errors import UserError
 from rlexp.fallback import hydra_preset, preset_exists
-from rlexp.files import write_atomic
+from rlexp.files import check_writable, write_atomic
 from rlexp.rundirs import GENERIC_ENV, absolute, choices, env_display_name, in_sweep, original_cwd
 from rlexp.sweep.report import FOR_AUTOTUNE
 

@@ -2,32 +2,17 @@
 from __future__ import annotations
 
 import logging
-import os
-from pathlib import Path
 
 from omegaconf import DictConfig
 
 from rlexp.errors import UserError
-from rlexp.files import write_atomic
+from rlexp.files import check_writable, write_atomic
 from rlexp.rundirs import absolute
 
 log = logging.getLogger("rlexp")
 
 
 PRESET_GROUPS = ("agent", "env", "model", "buffer", "tuned", "logger", "sweep")
-
-
-def check_writable(target: Path, key: str) -> None:
-    """`target` is a directory, or can be made as one: its nearest existing ancestor is a writable directory."""
-    if target.exists() and not target.is_dir():
-        raise UserError(f"{key} is a file; pass a directory")
-    existing = target
-    while not existing.exists():
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UserError(f"{key}: {existing} is a file, so {target} can't be made; pass a directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"{key}: {existing} is not writable; pick a directory you can write to")
 
 
 def init_presets(cfg: DictConfig) -> float:

@@ -8,6 +8,7 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
+from rlexp.checkpoints import DamagedCheckpoint
 from rlexp.commands.train import deterministic_eval, eval_kind, evaluate, mean_std
 from rlexp.errors import UserError
 from rlexp.rundirs import absolute, find_checkpoint, stored_config
@@ -26,9 +27,17 @@ def play_render_mode(cfg: DictConfig) -> tuple[str | None, str]:
 
 
 def play_or_eval(cfg: DictConfig) -> float:
+    """mode=play / mode=eval of the checkpoint `find_checkpoint` picks; a damaged one is one line naming it."""
+    ckpt = find_checkpoint(cfg, cfg.get("checkpoint"))
+    try:
+        return _play_or_eval(cfg, ckpt)
+    except DamagedCheckpoint as e:
+        raise DamagedCheckpoint(f"+checkpoint={cfg.checkpoint}: {e}" if cfg.get("checkpoint") else str(e)) from None
+
+
+def _play_or_eval(cfg: DictConfig, ckpt: Path) -> float:
     from rlexp.play import check_writable_dir, play
 
-    ckpt = find_checkpoint(cfg, cfg.get("checkpoint"))
     run_cfg = stored_config(ckpt, cfg)
     render_mode, option = play_render_mode(cfg)
     if render_mode:  # fail before loading anything, and before making any directory

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 from typing import Any
 
@@ -9,9 +10,12 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
-from rlexp.errors import UserError
+from rlexp.checkpoints import PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
+from rlexp.errors import RunFailed, UserError
+from rlexp.files import check_writable
 from rlexp.rundirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep, new_run_dir,
-                           run_config, stored_config, task_overrides, write_run_config)
+                           run_config, run_dir_key, stored_config, task_overrides, write_run_config)
+from rlexp.runlock import RunLock
 
 log = logging.getLogger("rlexp")
 
@@ -25,6 +29,8 @@ def init_weights(agent: Any, source: str) -> Path:
         raise UserError(f"+init_from={source}: {ckpt} does not exist; pass a run dir or a .ckpt file")
     try:
         agent.load(ckpt, weights_only=True)
+    except DamagedCheckpoint as e:
+        raise DamagedCheckpoint(f"+init_from={source}: {e}") from None
     except ValueError as e:  # Keras: the layer shapes differ
         raise UserError(f"+init_from={source}: its model does not fit this one ({e}); use the run's model "
                         "preset and layers") from None
@@ -52,61 +58,104 @@ def make_evaluator(cfg: DictConfig, run_dir: Path):
 
 
 def train(cfg: DictConfig) -> float | dict[str, float]:
-    from rlexp.checks import check_presets, check_settings
+    from rlexp.agents.base import TrainingDiverged
+    from rlexp.checks import check_presets
     from rlexp.logs import attach_run_log, detach_run_log
 
     resume, init_from = cfg.get("resume"), cfg.get("init_from")
-    preset_line = None
+    preset_line, lock, ckpt = None, None, None
     if resume and init_from:
         raise UserError("+resume continues a run, +init_from starts a new one from a run's weights: pass one of them")
-    if resume:
-        run_dir = absolute(resume)
-        ckpt = run_dir / CHECKPOINT
-        if not ckpt.exists():
-            raise UserError(f"+resume={resume}: no checkpoint at {ckpt}; pass the run dir of a training run")
-        stored = stored_config(ckpt, cfg)
+    try:
+        if resume:
+            cfg, run_dir, ckpt, lock = resume_setup(cfg, str(resume))
+        else:
+            check_presets(cfg, choices())
+            from rlexp.fallback import apply_fallback
+
+            cfg, preset_line = apply_fallback(cfg, choices(), task_overrides())
+            run_dir = new_run_dir(cfg)
+        setup_tensorflow(cfg)
+        agent = build_agent(cfg)
+        if preset_line:
+            log.info(preset_line)
+        if init_from and not resume:
+            log.info(f"initial weights from {init_weights(agent, str(init_from))}")
+        warn_if_no_update(agent, cfg)
+        startup_done()
+        if resume:
+            from rlexp.files import remove_leftovers
+
+            remove_leftovers(run_dir, run_dir / "checkpoints", run_dir / "tb")  # half-written files of the killed run
+        else:
+            run_dir = claim_run_dir(run_dir)
+            lock = RunLock(run_dir).acquire(run_dir_key(cfg))
+        handler = None
+        try:
+            handler = attach_run_log(run_dir)
+            if not resume:
+                write_run_config(run_dir, cfg)
+            return _train(agent, cfg, run_dir, ckpt, restart=bool(resume) and ckpt is None)
+        except OSError as e:  # disk full, permissions: one line true to what is on disk
+            line = write_failure(e, run_dir)
+            if not resume and not in_sweep() and not (run_dir / ".hydra" / "config.yaml").exists():
+                shutil.rmtree(run_dir, ignore_errors=True)  # a run dir that can't even hold its config
+            raise RunFailed(line) from None
+        except TrainingDiverged as e:
+            raise RunFailed(diverged(e, run_dir)) from None
+        finally:
+            if handler is not None:
+                detach_run_log(handler)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def resume_setup(cfg: DictConfig, resume: str) -> tuple[DictConfig, Path, Path | None, RunLock]:
+    """+resume: the run dir (writable, locked for this process), the checkpoint to continue from (None: the run
+    wrote none yet and trains again from step 0) and the run's own config with this command's run.* settings."""
+    from rlexp.checks import check_settings
+
+    key = f"+resume={resume}"
+    run_dir = absolute(resume)
+    config_file = run_dir / ".hydra" / "config.yaml"
+    if not (run_dir / CHECKPOINT).exists() and not (run_dir / CHECKPOINT).with_name(PREVIOUS).exists() \
+            and not config_file.exists():
+        raise UserError(f"{key}: no checkpoint at {run_dir / CHECKPOINT}; pass the run dir of a training run")
+    check_writable(run_dir, key)
+    lock = RunLock(run_dir).acquire(key)
+    try:
+        ckpt = resume_checkpoint(run_dir, key)
+        if ckpt is None:
+            log.info(f"{run_dir} has no checkpoint yet: training it again from step 0 with its config")
+        stored = stored_config(ckpt or config_file, cfg, None if ckpt else OmegaConf.to_container(
+            OmegaConf.load(config_file)))
         if stored.get("fallback", "auto") not in ("auto", "none", None):  # compare like with like
             from rlexp.fallback import merge_fallback
 
             cfg = merge_fallback(cfg, str(stored.fallback), task_overrides())
         check_resume_overrides(cfg, stored)
-        cfg = stored
-        check_settings(cfg)
-    else:
-        check_presets(cfg, choices())
-        from rlexp.fallback import apply_fallback
-
-        cfg, preset_line = apply_fallback(cfg, choices(), task_overrides())
-        run_dir = new_run_dir(cfg)
-    setup_tensorflow(cfg)
-    agent = build_agent(cfg)
-    if preset_line:
-        log.info(preset_line)
-    if init_from and not resume:
-        log.info(f"initial weights from {init_weights(agent, str(init_from))}")
-    warn_if_no_update(agent, cfg)
-    startup_done()
-    if resume:
-        from rlexp.files import remove_leftovers
-
-        remove_leftovers(run_dir, run_dir / "checkpoints", run_dir / "tb")  # half-written files of the killed run
-    else:
-        run_dir = claim_run_dir(run_dir)
-        write_run_config(run_dir, cfg)
-    handler = attach_run_log(run_dir)
-    try:
-        return _train(agent, cfg, run_dir, ckpt if resume else None)
-    finally:
-        detach_run_log(handler)
+        check_settings(stored)
+    except BaseException:
+        lock.release()
+        raise
+    return stored, run_dir, ckpt, lock
 
 
-def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None) -> float | dict[str, float]:
+def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
+           restart: bool = False) -> float | dict[str, float]:
+    """Train (from `resume_from`; with `restart` a run that wrote no checkpoint yet, its files started over)."""
     evaluator = make_evaluator(cfg, run_dir)
     if resume_from is not None:
         state = agent.load(resume_from)
         if evaluator is not None:
             evaluator.restore(agent.steps)
         log.info(f"resumed {run_dir} at step {state['steps']:,} ({state['episodes']:,} episodes)")
+    elif restart:
+        agent.history.path = run_dir / "history.parquet"
+        agent.history._flushed = -1  # the first flush replaces the rows of the attempt that wrote no checkpoint
+        if evaluator is not None:
+            evaluator.restore(0)
     ended = resume_from is not None and agent.stop_reason(int(float(cfg.run.max_steps)), cfg.run.target_reward)
     if ended:
         log.info(f"the run had already finished ({ended}): nothing to train; resume with a larger run.max_steps "
@@ -114,7 +163,8 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None)
     elif not cfg.agent.get("quiet"):
         precision = "" if agent.precision == "float32" else f", {agent.precision.split('_')[-1]} compute"
         log.info(f"training {type(agent).__name__} on {cfg.env.id} ({cfg.env.n_envs} envs{precision}) -> {run_dir}")
-    tracker = make_tracker(cfg, run_dir, agent if resume_from is not None else None, agent.first_update_step())
+    tracker = make_tracker(cfg, run_dir, agent if resume_from is not None or restart else None,
+                           agent.first_update_step())
     failed = True
     try:
         summary = agent.fit(cfg.run.max_steps, cfg.run.target_reward, run_dir=run_dir,
