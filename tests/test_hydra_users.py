@@ -214,3 +214,21 @@ def test_docs_say_what_carries_over_from_hydra_optuna_sweeper():
                  "hydra.mode=RUN", "pruning"):
         assert word in section, word
     assert textwrap.dedent(section).strip()
+
+
+def test_hydra_run_dir_and_sweep_dir_are_the_folders_they_name(tmp_path):
+    """hydra.run.dir=mydir: the run writes there, nothing under outputs/; a command that writes nothing (eval)
+    leaves no empty folder; hydra.sweep.dir=mysweep holds the study."""
+    run = rlexp(tmp_path, "hydra.run.dir=mydir", *TINY)
+    assert run.returncode == 0, run.stdout[-2000:] + run.stderr[-2000:]
+    assert (tmp_path / "mydir" / "summary.json").exists() and (tmp_path / "mydir" / ".hydra" / "config.yaml").exists()
+    assert not (tmp_path / "outputs").exists()
+    again = rlexp(tmp_path, "hydra.run.dir=mydir", *TINY)
+    assert again.returncode == 2 and again.stderr.startswith("error: hydra.run.dir=mydir: ")
+    evaluated = rlexp(tmp_path, "mode=eval", "+checkpoint=mydir", "run.eval_episodes=1", "hydra.run.dir=evaldir")
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+    assert not (tmp_path / "evaldir").exists()
+    sweep = rlexp(tmp_path, "-m", *TINY, "agent.lr=1e-3,2e-3", "hydra.sweep.dir=mysweep")
+    assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-2000:]
+    assert (tmp_path / "mysweep" / "optuna.db").exists() and (tmp_path / "mysweep" / "trial_1" / "summary.json").exists()
+    assert not (tmp_path / "multirun").exists()

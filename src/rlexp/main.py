@@ -61,6 +61,10 @@ def main(cfg: DictConfig) -> float:
     finally:  # a sweep's next trial in this process: this trial's objects can be collected again
         gc.unfreeze()
         gc.enable()
+        if not in_sweep():
+            from rlexp.rundirs import drop_empty_hydra_run_dir
+
+            drop_empty_hydra_run_dir()
 
 
 def _fail(message: str, code: int) -> None:

@@ -174,15 +174,38 @@ def new_run_dir(cfg: DictConfig) -> Path:
     training starts."""
     from rlexp.files import check_writable
 
-    run_dir = Path(HydraConfig.get().runtime.output_dir) if in_sweep() else absolute(str(cfg.run_dir))
+    if in_sweep():
+        run_dir = Path(HydraConfig.get().runtime.output_dir)
+    else:
+        run_dir = hydra_run_dir() or absolute(str(cfg.run_dir))
     check_writable(run_dir, run_dir_key(cfg))
     return run_dir
+
+
+def hydra_run_dir() -> Path | None:
+    """hydra.run.dir where the user set it (Hydra's way to choose a run's folder), else None: rlexp's default
+    `.` leaves the choice to run_dir."""
+    try:
+        chosen = str(HydraConfig.get().run.dir)
+    except ValueError:
+        return None
+    return None if chosen in (".", "") else absolute(chosen)
+
+
+def drop_empty_hydra_run_dir() -> None:
+    """Hydra makes hydra.run.dir before any task runs: a command that wrote nothing there (play, eval, a refused
+    run) leaves no empty folder behind."""
+    path = hydra_run_dir()
+    if path is not None and path.is_dir() and not any(path.iterdir()):
+        path.rmdir()
 
 
 def run_dir_key(cfg: DictConfig) -> str:
     """The setting that names a fresh run's dir, as key=value for messages."""
     if in_sweep():
         return f"hydra.sweep.dir={HydraConfig.get().sweep.dir}"
+    if hydra_run_dir() is not None:
+        return f"hydra.run.dir={HydraConfig.get().run.dir}"
     return f"run_dir={cfg.run_dir}"
 
 
@@ -192,6 +215,12 @@ def claim_run_dir(run_dir: Path) -> Path:
     so two runs never share a dir. A sweep's trial dir is its own."""
     if in_sweep():
         run_dir.mkdir(parents=True, exist_ok=True)
+        return run_dir
+    if run_dir == hydra_run_dir():  # the folder the user named, which Hydra made: that one or none
+        run_dir.mkdir(parents=True, exist_ok=True)
+        if any(run_dir.iterdir()):
+            raise UserError(f"hydra.run.dir={HydraConfig.get().run.dir}: {run_dir} holds files already; continue "
+                            f"its run with +resume={run_dir}, or pick an empty or new folder")
         return run_dir
     candidate, n = run_dir, 1
     while True:
