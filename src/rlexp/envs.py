@@ -123,6 +123,10 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     "module:EnvId-v0". `wrappers`: [{_target_: wrapper class, **kwargs}] applied to each env copy (see
     `env_wrappers`); envs with wrappers are built as sync or async env copies.
     """
+    if render_mode:  # MuJoCo's OpenGL backend is picked before MuJoCo is imported (by `imports` or the env)
+        from rlexp.rendering import offscreen_rendering
+
+        offscreen_rendering(render_mode)
     import_env_modules(imports)
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise UserError(f"env.kwargs={kwargs!r} must be a mapping of the env's keyword arguments; set them one by one: "

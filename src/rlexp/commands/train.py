@@ -142,6 +142,7 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None)
     log.info(f"next: python -m rlexp mode=play +checkpoint={run_dir} +video_dir=videos | "
              f"python -m rlexp mode=eval +checkpoint={run_dir} | python -m rlexp +resume={run_dir}")
     agent.envs.close()
+    agent.envs = None  # the env copies go now, not with the agent at the exit (see commands.play)
     if in_sweep():  # a trial of rlexp's sweeper gets every objective back (the float elsewhere)
         from rlexp.sweep import trial_metrics
 
