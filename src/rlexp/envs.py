@@ -252,6 +252,25 @@ class StructureMarker(gym.Wrapper):
     structured_space = None
 
 
+def stepping(envs: gym.vector.VectorEnv) -> str:
+    """How `envs` step, as a run's first lines say it: '8 envs on EnvPool', '1 env in-process', ..."""
+    from rlexp.graph_envs import GraphVectorEnv
+
+    if isinstance(envs, EnvPoolAtari):
+        how = "on EnvPool"
+    elif isinstance(envs, GraphVectorEnv):
+        how = "stepped inside TensorFlow graphs"
+    elif isinstance(envs, gym.vector.AsyncVectorEnv):
+        how = "in worker processes"
+    elif isinstance(envs, gym.vector.SyncVectorEnv):
+        how = "in-process"
+    elif type(envs) in NUMPY_VECTOR_ENVS.values():
+        how = "batched in NumPy"
+    else:
+        how = type(envs).__name__
+    return f"{envs.num_envs:,} env{'' if envs.num_envs == 1 else 's'} {how}"
+
+
 def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vector.VectorEnv:
     """`make_envs` from an `env` config group (a mapping with id, n_envs, preprocess, ...)."""
     params = dict(env_cfg)

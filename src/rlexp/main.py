@@ -177,6 +177,9 @@ def cli() -> None:
 
     if not isinstance(hydra_utils.run_and_report, functools.partial):  # once per process
         hydra_utils.run_and_report = functools.partial(report_input_errors, hydra_utils.run_and_report)
+    from rlexp.cli_help import list_groups_by_use
+
+    list_groups_by_use()
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     if not hasattr(ConfigLoaderImpl._apply_overrides_to_config, "checked"):  # once per process

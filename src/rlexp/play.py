@@ -5,6 +5,7 @@ import logging
 import os
 import sys
 import time
+import warnings
 from pathlib import Path
 from typing import Any, Sequence
 
@@ -86,7 +87,9 @@ def is_mujoco(envs: Any) -> bool:
 def rgb_frame(envs) -> np.ndarray:
     """The first env's current frame as an RGB(A) array, or a one-line UserError if the envs give none."""
     try:
-        rendered = envs.render()
+        with warnings.catch_warnings(record=True) as caught:  # GLFW reports why it failed as warnings
+            warnings.simplefilter("always")
+            rendered = envs.render()
     except NotImplementedError:
         rendered = None
     except Exception as e:  # noqa: BLE001 - MuJoCo's OpenGL backends fail with errors of every kind
@@ -94,7 +97,9 @@ def rgb_frame(envs) -> np.ndarray:
             raise
         from rlexp.rendering import render_failure
 
-        raise UserError(render_failure(e)) from None
+        raise UserError(render_failure(e, [str(w.message) for w in caught])) from None
+    for w in caught:  # a frame came: its warnings are passed on as they were
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     frame = rendered[0] if isinstance(rendered, (tuple, list)) and rendered else rendered
     if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[-1] in (3, 4)):
         raise UserError(f"recording a video or frames needs RGB frames, but the env's render() gave "

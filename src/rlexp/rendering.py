@@ -14,16 +14,17 @@ from __future__ import annotations
 import importlib.abc
 import logging
 import os
+import re
 import subprocess
 import sys
-from typing import Any
+from typing import Any, Sequence
 
 from rlexp.errors import UserError
 
 log = logging.getLogger("rlexp")
 
 BACKENDS = ("egl", "osmesa")  # tried in this order; GLFW (MuJoCo's default) needs a display
-INSTALL = "apt-get install libosmesa6 (Debian/Ubuntu; or libegl1 with a GPU's driver)"
+INSTALL = "install OSMesa (Debian/Ubuntu: apt-get install libosmesa6) or, with a GPU's driver, EGL (libegl1)"
 ARRAY_MODES = ("rgb_array", "rgb_array_list", "depth_array", "depth_array_list")
 # a 64x64 context and MuJoCo's own GL resources (textures, fonts): what gymnasium's renderer makes first
 PROBE = """
@@ -85,8 +86,8 @@ def choose_gl() -> str | None:
         return backend
     if has_display():
         return None
-    raise UserError(f"MuJoCo can't render frames here: no display, and neither EGL nor OSMesa renders; install "
-                    f"one ({INSTALL}), or set MUJOCO_GL")
+    raise UserError(f"MuJoCo can't render frames here: no display, and neither EGL nor OSMesa renders; {INSTALL}, "
+                    "or set MUJOCO_GL")
 
 
 class _BeforeMuJoCo(importlib.abc.MetaPathFinder):
@@ -118,10 +119,12 @@ def offscreen_rendering(render_mode: str | None = "rgb_array") -> None:
         choose_gl()
 
 
-def render_failure(error: BaseException) -> str:
-    """One line for a MuJoCo env whose frames failed to render (e.g. a MUJOCO_GL that can't work here)."""
-    first = (str(error).strip().splitlines() or [type(error).__name__])[0]
+def render_failure(error: BaseException, warnings: Sequence[str] = ()) -> str:
+    """One line for a MuJoCo env whose frames failed to render (e.g. a MUJOCO_GL that can't work here), with the
+    first warning the GL library gave (GLFW says why it failed that way) or else the error."""
+    reason = warnings[0] if warnings else (str(error).strip().splitlines() or [type(error).__name__])[0]
+    reason = re.sub(r"^\(\d+\) b(['\"])(.*)\1$", r"\2", reason)  # GLFW's "(65550) b'X11: ...'"
     chosen = os.environ.get("MUJOCO_GL")
     setting = f"MUJOCO_GL={chosen}" if chosen else "MuJoCo's default OpenGL backend (GLFW, which needs a display)"
-    return (f"MuJoCo could not render a frame with {setting} ({type(error).__name__}: {first}); unset MUJOCO_GL "
-            f"and PYOPENGL_PLATFORM to let rlexp pick EGL or OSMesa, or install one ({INSTALL})")
+    return (f"MuJoCo could not render a frame with {setting} ({reason}); unset MUJOCO_GL and PYOPENGL_PLATFORM to "
+            f"let rlexp pick EGL or OSMesa, or {INSTALL}")
