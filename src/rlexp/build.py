@@ -57,6 +57,9 @@ def configure_threads(run: Any, image_obs: bool) -> None:
     """Set TensorFlow's thread pools (before its first op). Once TensorFlow runs in this process (a sweep's
     earlier trial run in-process, or the Python API) its pools stay as they are: a warning names each count
     that could not apply and the one in effect."""
+    from rlexp.quiet import import_tensorflow
+
+    import_tensorflow(start=False)  # quietly, its symbols private, if this is the first import (a script's)
     import tensorflow as tf
 
     kept = []
