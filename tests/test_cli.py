@@ -193,6 +193,7 @@ def test_kill_then_resume_continues_the_history(tmp_path):
 ], ids=["action-space", "td3-discrete", "sac-discrete", "naf-discrete", "dqfd-continuous", "dqfd-no-demos", "env-id", "play-no-run", "missing-checkpoint", "missing-resume", "buffer-sizes",
         "cnn-on-vector", "unknown-group-option", "lr-type", "buffer-type", "n-envs", "gamma-range", "schedule-steps", "eval-deterministic", "life-loss",
         "override-syntax"])
+@pytest.mark.newest_python
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
     result = rlexp(tmp_path, *args, "run.max_steps=100")
     assert result.returncode == 2

@@ -69,6 +69,7 @@ def test_a_mujoco_gl_that_cannot_render_here_is_one_line(cheetah):
 
 
 @pytest.mark.e2e
+@pytest.mark.newest_python
 def test_atari_play_and_eval_print_no_library_noise(tmp_path):
     """No ALE banner, no nanobind leak report at the exit; the video has every frame."""
     train = rlexp(tmp_path, "agent=ppo", "env=pong", "env.n_envs=2", "agent.n_steps=32", "run.max_steps=128",
