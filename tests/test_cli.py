@@ -46,18 +46,31 @@ def test_train_writes_history_checkpoints_and_summary(trained):
     assert not (run / "checkpoints" / "best.ckpt").exists()  # fewer episodes than one agent.reward_buffer_size
 
 
-def test_play_writes_a_readable_video_and_frames(trained):
-    cwd, _ = trained
-    result = rlexp(cwd, "mode=play", "+video_dir=videos", "+frame_dir=frames", "play.frame_frequency=5")
-    assert result.returncode == 0, result.stderr
-    assert "loaded" in result.stdout and "episode 1: return" in result.stdout
-    (video,) = (cwd / "videos").glob("*.mp4")
-    from moviepy import VideoFileClip
+def video_frames(path):
+    """How many frames ffmpeg decodes from a video."""
+    import imageio_ffmpeg
 
-    with VideoFileClip(str(video)) as clip:
-        assert clip.duration > 0
-    frames = list((cwd / "frames").glob("*.jpg"))
-    assert frames and all(int(f.stem.split("_")[-1]) % 5 == 0 for f in frames)
+    reader = imageio_ffmpeg.read_frames(str(path))
+    next(reader)  # the video's metadata
+    return sum(1 for _ in reader)
+
+
+def returns_of(stdout):
+    return [float(line.rsplit(" ", 1)[1]) for line in stdout.splitlines() if line.startswith("episode ")]
+
+
+@pytest.mark.newest_python
+def test_play_writes_a_video_with_a_frame_per_step_and_frames(trained):
+    cwd, _ = trained
+    result = rlexp(cwd, "mode=play", "play.episodes=3", "+video_dir=videos", "+frame_dir=frames",
+                   "play.frame_frequency=5")
+    assert result.returncode == 0, result.stderr
+    assert "loaded" in result.stdout and "episode 3: return" in result.stdout
+    (video,) = (cwd / "videos").glob("*.mp4")
+    steps = int(sum(returns_of(result.stdout)))  # CartPole: reward 1 a step, so the returns add up to the steps
+    assert f"({steps} frames)" in result.stdout and video_frames(video) == steps
+    frames = sorted(int(f.stem.split("_")[-1]) for f in (cwd / "frames").glob("*.jpg"))
+    assert frames == list(range(0, steps, 5))
 
 
 def test_play_records_demonstrations_that_dqfd_trains_from_and_plays(trained, tmp_path):
@@ -95,10 +108,15 @@ def test_same_seed_gives_identical_history(tmp_path, args):
     pd.testing.assert_frame_equal(a.drop(columns="time"), b.drop(columns="time"))
 
 
-def test_default_command_solves_cartpole(tmp_path):
+def test_default_command_solves_cartpole_and_plays_a_whole_episode_to_video(tmp_path):
     result = rlexp(tmp_path, timeout=600)
     assert result.returncode == 0, result.stderr
     assert "done (target_reward)" in result.stdout, result.stdout[-2000:]
+    play = rlexp(tmp_path, "mode=play", "+video_dir=videos")
+    assert play.returncode == 0, play.stderr
+    (steps,) = map(int, returns_of(play.stdout))  # CartPole: reward 1 a step; 500 when it lasts the time limit
+    (video,) = (tmp_path / "videos").glob("*.mp4")
+    assert f"({steps} frames)" in play.stdout and video_frames(video) == steps
 
 
 @pytest.mark.parametrize("args", [
@@ -176,6 +194,7 @@ def test_kill_then_resume_continues_the_history(tmp_path):
 ], ids=["action-space", "td3-discrete", "sac-discrete", "naf-discrete", "dqfd-continuous", "dqfd-no-demos", "env-id", "play-no-run", "missing-checkpoint", "missing-resume", "buffer-sizes",
         "cnn-on-vector", "unknown-group-option", "lr-type", "buffer-type", "n-envs", "gamma-range", "schedule-steps", "eval-deterministic", "life-loss",
         "override-syntax"])
+@pytest.mark.newest_python
 def test_bad_input_is_one_clear_line(tmp_path, args, message):
     result = rlexp(tmp_path, *args, "run.max_steps=100")
     assert result.returncode == 2
@@ -216,12 +235,41 @@ def test_plot_mode_overlays_runs(trained):
     assert missing.returncode == 2 and "no run dir" in missing.stdout + missing.stderr
 
 
+@pytest.mark.newest_python
 def test_help_lists_groups_modes_and_examples(tmp_path):
     result = rlexp(tmp_path, "--help")
     assert result.returncode == 0
     for text in ("Config groups", "agent: a2c, acer, ddpg, dqfd, dqn, naf, ppo, sac, td3, trpo, vpg", "Modes (mode=...)",
                  "python -m rlexp agent=td3 env=pendulum", "logger: none, wandb"):
         assert text in result.stdout, text
+    groups = result.stdout.split("Config groups (pick one option each")[1].split("\n\n")[0]
+    assert [line.split(":")[0] for line in groups.splitlines()[1:]] == ["agent", "buffer", "env", "logger", "model",
+                                                                       "tuned"]
+    by_key = result.stdout.split("Preset folders applied through a key (not group=option):\n")[1].split("\n\n")[0]
+    assert [line.split(" (")[0] for line in by_key.splitlines()] == ["fallback=auto|none: fallbacks/",
+                                                                    "+sweep=<name>: sweep/"]
+    assert "sweep/ (a search space for -m or mode=autotune): a2c, ddpg, dqn, ppo, sac, td3, trpo" in by_key
+
+
+def test_final_evaluation_at_an_evaluation_step_is_one_tensorboard_point(tmp_path):
+    """2048 steps (16 iterations of 4 x 32) with evaluations every 1024: at 1024 and 2048, where the final
+    evaluation is the one during training (the same weights and episodes), written once."""
+    import json
+
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    result = rlexp(tmp_path, *TINY_PPO, "run.eval_interval=1024", "run_dir=outputs/r")
+    assert result.returncode == 0, result.stderr[-2000:]
+    run = tmp_path / "outputs" / "r"
+    events = EventAccumulator(str(run / "tb"), size_guidance={"scalars": 0})
+    events.Reload()
+    assert [e.step for e in events.Scalars("eval/mean_return")] == [1024, 2048]
+    assert [e.step for e in events.Scalars("eval/std_return")] == [1024, 2048]
+    evaluations = pd.read_parquet(run / "evaluations.parquet")
+    final = json.loads((run / "summary.json").read_text())["final_eval"]
+    assert list(evaluations["step"]) == [1024, 2048] and final["step"] == 2048 and final["episodes"] == 2
+    assert final["mean_return"] == evaluations["mean_return"].iloc[-1] == events.Scalars("eval/mean_return")[-1].value
+    assert "final evaluation:" not in result.stdout  # 2 CartPole episodes: nothing long to announce
 
 
 def test_fault_injection_kill_nine_ten_times_then_finish(tmp_path):

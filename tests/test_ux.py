@@ -194,3 +194,48 @@ def test_runs_that_picked_the_same_dir_name_in_one_second_each_claim_their_own(t
     assert [claim_run_dir(picked) for _ in range(3)] == [picked, picked.with_name(picked.name + "_1"),
                                                          picked.with_name(picked.name + "_2")]
     assert sorted(p.name for p in picked.parent.iterdir()) == [picked.name, picked.name + "_1", picked.name + "_2"]
+
+
+def test_a_resumed_runs_first_progress_line_counts_its_own_steps_after_new_episodes(monkeypatch, caplog):
+    """Resumed at step 10,000 after 50 episodes: no line at 5 new episodes (log_frequency 10), then at 60 episodes
+    and step 10,600 after 2 s, 600 steps / 2 s = 300 steps/s (not 10,600 / 2 s, nor one iteration's rate)."""
+    from rlexp import progress
+
+    clock = iter([100.0, 102.0, 103.0])  # the start, then each line
+    monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
+    bar = progress.Progress(20_000, mode="log", log_frequency=10, initial_steps=10_000, initial_episodes=50)
+    with caplog.at_level("INFO", logger="rlexp"):
+        bar.update(10_100, 55, 20.0, 25.0)
+        bar.update(10_600, 60, 21.0, 25.0)
+    assert caplog.messages == ["step 10,600/20,000 | 300 steps/s | episodes 60 | mean 21.00 | best 25.00"]
+
+
+API_SCRIPT = """
+import logging, sys
+from rlexp import PPO, make_envs
+
+if sys.argv[2] == "configured":
+    logging.basicConfig(stream=sys.stderr, level=logging.INFO, format="LOG %(message)s")
+agent = PPO(make_envs("CartPole-v1", n_envs=4, seed=0), seed=0, n_steps=32, mini_batches=1)
+summary = agent.fit(max_steps=3_000, verbose=int(sys.argv[1]))
+print("trained", summary["steps"])
+"""
+
+
+@pytest.mark.parametrize("verbose, logging_setup", [(1, "none"), (0, "none"), (1, "configured")])
+def test_python_api_progress_with_stdout_to_a_file(tmp_path, verbose, logging_setup):
+    """As under nohup or Slurm: stdout is a file, and nothing but the script configures logging."""
+    script = tmp_path / "train.py"
+    script.write_text(API_SCRIPT)
+    with open(tmp_path / "out.txt", "w") as out, open(tmp_path / "err.txt", "w") as err:
+        done = subprocess.run([sys.executable, str(script), str(verbose), logging_setup], stdout=out, stderr=err,
+                              timeout=300, env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    stdout, stderr = (tmp_path / "out.txt").read_text(), (tmp_path / "err.txt").read_text()
+    assert done.returncode == 0, stderr[-2000:]
+    progress_line = re.compile(r"step [\d,]+/3,000 \| [\d,]+ steps/s \| episodes \d+ \| mean [\d.]+ \| best ")
+    assert stdout.splitlines()[-1] == "trained 3072"
+    if logging_setup == "configured":  # through the script's own handler only, once
+        assert not progress_line.search(stdout)
+        assert len(progress_line.findall(stderr)) == stderr.count("LOG step ") >= 1
+    else:
+        assert bool(progress_line.search(stdout)) == (verbose == 1) and stderr == ""

@@ -57,6 +57,9 @@ def configure_threads(run: Any, image_obs: bool) -> None:
     """Set TensorFlow's thread pools (before its first op). Once TensorFlow runs in this process (a sweep's
     earlier trial run in-process, or the Python API) its pools stay as they are: a warning names each count
     that could not apply and the one in effect."""
+    from rlexp.quiet import import_tensorflow
+
+    import_tensorflow(start=False)  # quietly, its symbols private, if this is the first import (a script's)
     import tensorflow as tf
 
     kept = []
@@ -99,20 +102,31 @@ def check_pairing(cls: type, envs: Any, env_id: str) -> None:
 
 
 def instantiate(node: Any, **kwargs: Any) -> Any:
-    """hydra.utils.instantiate, re-raising our own one-line errors instead of Hydra's wrapper."""
+    """hydra.utils.instantiate, re-raising our own one-line errors instead of Hydra's wrapper. Objects given in
+    `kwargs` (envs, buffers) are passed to the constructor as they are: Hydra would put them into a config node
+    first, garbage in reference cycles with them, which keeps them alive to the exit once `startup_done` freezes
+    it (the ALE's emulators are then reported as leaked at the exit)."""
     from hydra.errors import InstantiationException
     from hydra.utils import instantiate
 
+    target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
+    convert = kwargs.pop("_convert_", None)
     try:
-        return instantiate(node, **kwargs)
+        factory = instantiate(node, _partial_=True, **({"_convert_": convert} if convert else {}))
+        return factory(**kwargs)
     except InstantiationException as e:
         if isinstance(e.__cause__, UserError):
             raise e.__cause__ from None
         if isinstance(e.__cause__, (ValueError, TypeError)):  # a value of the wrong type in the config
-            target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
-            raise UserError(f"{target} rejected its config: {e.__cause__}; check the values set on the command "
-                            "line (e.g. agent.lr=3e-4) against the preset's types") from None
+            raise rejected(target, e.__cause__) from None
         raise
+    except (ValueError, TypeError) as e:
+        raise rejected(target, e) from None
+
+
+def rejected(target: str, error: Exception) -> UserError:
+    return UserError(f"{target} rejected its config: {error}; check the values set on the command line (e.g. "
+                     "agent.lr=3e-4) against the preset's types")
 
 
 def check_types(section: str, node: Any, cls: type) -> None:

@@ -132,6 +132,10 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
                                    vectorization=vectorization))
     n_envs, frame_stack, screen_size, noop_max, max_episode_steps = (counts[k] for k in (
         "n_envs", "frame_stack", "screen_size", "noop_max", "max_episode_steps"))
+    if render_mode:  # MuJoCo's OpenGL backend is picked before MuJoCo is imported (by `imports` or the env)
+        from rlexp.rendering import offscreen_rendering
+
+        offscreen_rendering(render_mode)
     import_env_modules(imports)
     if kwargs is not None and not isinstance(kwargs, Mapping):
         raise UserError(f"env.kwargs={kwargs!r} must be a mapping of the env's keyword arguments; set them one by one: "
@@ -253,6 +257,25 @@ class StructureMarker(gym.Wrapper):
     """An env whose observations are not Dict/Tuple (see `FlattenStructured.wrap_marked`)."""
 
     structured_space = None
+
+
+def stepping(envs: gym.vector.VectorEnv) -> str:
+    """How `envs` step, as a run's first lines say it: '8 envs on EnvPool', '1 env in-process', ..."""
+    from rlexp.graph_envs import GraphVectorEnv
+
+    if isinstance(envs, EnvPoolAtari):
+        how = "on EnvPool"
+    elif isinstance(envs, GraphVectorEnv):
+        how = "stepped inside TensorFlow graphs"
+    elif isinstance(envs, gym.vector.AsyncVectorEnv):
+        how = "in worker processes"
+    elif isinstance(envs, gym.vector.SyncVectorEnv):
+        how = "in-process"
+    elif type(envs) in NUMPY_VECTOR_ENVS.values():
+        how = "batched in NumPy"
+    else:
+        how = type(envs).__name__
+    return f"{envs.num_envs:,} env{'' if envs.num_envs == 1 else 's'} {how}"
 
 
 def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vector.VectorEnv:

@@ -32,6 +32,7 @@ class Evaluator:
         self.run_dir = Path(run_dir) if run_dir else None
         self.envs = None
         self.rows: list[dict[str, float]] = []
+        self.last_returns: list[float] | None = None  # the returns of this process's newest evaluation
         self.next_step = self.interval
 
     @property
@@ -63,6 +64,7 @@ class Evaluator:
                    min_return=float(returns.min()), max_return=float(returns.max()), episodes=len(returns))
         improved = row["mean_return"] > self.best
         self.rows.append(row)
+        self.last_returns = returns.tolist()
         self.next_step = (agent.steps // self.interval + 1) * self.interval
         if self.run_dir is not None:
             write_parquet(self.path, {c: array(TYPECODES.get(c, "d"), [row[c] for row in self.rows]) for c in COLUMNS})

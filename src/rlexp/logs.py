@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import logging
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
 LOG_FILE = "main.log"
@@ -26,3 +29,37 @@ def attach_run_log(run_dir: Path) -> logging.Handler:
 def detach_run_log(handler: logging.Handler) -> None:
     logging.getLogger().removeHandler(handler)
     handler.close()
+
+
+def console_handlers() -> list[logging.Handler]:
+    """The command's console: plain messages, info on stdout, warnings and errors on stderr."""
+    out, err = logging.StreamHandler(sys.stdout), logging.StreamHandler(sys.stderr)
+    out.addFilter(BelowWarning())
+    err.setLevel(logging.WARNING)
+    for handler in (out, err):
+        handler.setFormatter(logging.Formatter("%(message)s"))
+    return [out, err]
+
+
+@contextmanager
+def verbosity(verbose: int, logger: logging.Logger | None = None) -> Iterator[None]:
+    """rlexp's lines while it lasts (Stable-Baselines3's `verbose`): 0 warnings only; 1 also info lines (progress,
+    evaluations), on the console as the command prints them where nothing has configured logging (no handler on
+    the 'rlexp' logger or above it: a script, a notebook, a batch job); where something has, through its handlers."""
+    logger = logger or logging.getLogger("rlexp")
+    level, added = logger.level, []
+    if verbose < 1:
+        logger.setLevel(logging.WARNING)
+    else:
+        if not logger.hasHandlers():
+            added = console_handlers()
+        if logger.getEffectiveLevel() > logging.INFO:
+            logger.setLevel(logging.INFO)
+    for handler in added:
+        logger.addHandler(handler)
+    try:
+        yield
+    finally:
+        for handler in added:
+            logger.removeHandler(handler)
+        logger.setLevel(level)

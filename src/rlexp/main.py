@@ -20,7 +20,7 @@ from rlexp.commands.play import play_or_eval
 from rlexp.commands.plot import plot_runs
 from rlexp.commands.train import train
 from rlexp.errors import RunFailed, Started, TrialFailed, UserError
-from rlexp.quiet import skip_keras_extras
+from rlexp.quiet import quiet_libraries, skip_keras_extras
 from rlexp.rundirs import in_sweep
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported (lazily, in the task)
@@ -186,6 +186,9 @@ def cli() -> None:
 
     if not isinstance(hydra_utils.run_and_report, functools.partial):  # once per process
         hydra_utils.run_and_report = functools.partial(report_input_errors, hydra_utils.run_and_report)
+    from rlexp.cli_help import list_groups_by_use
+
+    list_groups_by_use()
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
     if not hasattr(ConfigLoaderImpl._apply_overrides_to_config, "checked"):  # once per process
@@ -206,8 +209,10 @@ def console() -> None:
     """The `rlexp` console script and `python -m rlexp`: `cli` in a process of its own, so Keras loads without
     its optional imports that a run never uses (SciPy, pandas, scikit-learn, ...), and what TensorFlow and the
     run allocated is frozen before exit instead of walked by the interpreter's last collections (~1 s on 2
-    cores; Python never promised to finalise those objects at exit)."""
+    cores; Python never promised to finalise those objects at exit). MuJoCo's and the ALE's messages that say
+    nothing to act on stay off (`quiet_libraries`)."""
     skip_keras_extras()
+    quiet_libraries()
     try:
         cli()
     finally:

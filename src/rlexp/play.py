@@ -1,11 +1,13 @@
-"""Watching a trained agent: render to a window, an .mp4 video (moviepy) or .jpg frames."""
+"""Watching a trained agent: render to a window, an .mp4 video (imageio-ffmpeg) or .jpg frames."""
 from __future__ import annotations
 
 import logging
 import os
+import sys
 import time
+import warnings
 from pathlib import Path
-from typing import Sequence
+from typing import Any, Sequence
 
 import numpy as np
 
@@ -78,12 +80,30 @@ def check_render_mode(env_id: str, imports: Sequence[str], render_mode: str, opt
                     f"accept render_mode in its __init__, or play without {option}")
 
 
+def is_mujoco(envs: Any) -> bool:
+    """Whether the (first) env of `envs` is one of gymnasium's MuJoCo envs."""
+    if "mujoco" not in sys.modules:
+        return False
+    env = envs.envs[0] if getattr(envs, "envs", None) else envs
+    return any(cls.__name__ == "MujocoEnv" for cls in type(getattr(env, "unwrapped", env)).__mro__)
+
+
 def rgb_frame(envs) -> np.ndarray:
     """The first env's current frame as an RGB(A) array, or a one-line UserError if the envs give none."""
     try:
-        rendered = envs.render()
+        with warnings.catch_warnings(record=True) as caught:  # GLFW reports why it failed as warnings
+            warnings.simplefilter("always")
+            rendered = envs.render()
     except NotImplementedError:
         rendered = None
+    except Exception as e:  # noqa: BLE001 - MuJoCo's OpenGL backends fail with errors of every kind
+        if not is_mujoco(envs):
+            raise
+        from rlexp.rendering import render_failure
+
+        raise UserError(render_failure(e, [str(w.message) for w in caught])) from None
+    for w in caught:  # a frame came: its warnings are passed on as they were
+        warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     frame = rendered[0] if isinstance(rendered, (tuple, list)) and rendered else rendered
     if not (isinstance(frame, np.ndarray) and frame.ndim == 3 and frame.shape[-1] in (3, 4)):
         raise UserError(f"recording a video or frames needs RGB frames, but the env's render() gave "
@@ -92,24 +112,50 @@ def rgb_frame(envs) -> np.ndarray:
     return frame[..., :3]
 
 
-def write_video(frames: list[np.ndarray], path: Path, fps: int) -> None:
-    """Encode RGB frames to an .mp4 with moviepy, atomically (a temporary name, then a rename)."""
-    from moviepy import ImageSequenceClip
+class VideoWriter:
+    """An H.264 .mp4 written with imageio-ffmpeg as frames come, one video frame per `add`, and renamed into place
+    at `close` (atomic: a failed play leaves no partial video). Frames of odd width or height get one edge row or
+    column (H.264's 4:2:0 colour needs even sizes)."""
 
-    tmp = path.with_name(f".{path.stem}.tmp.mp4")
-    try:
-        ImageSequenceClip(list(frames), fps=fps).write_videofile(str(tmp), codec="libx264", audio=False, logger=None)
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
+    def __init__(self, path: Path, fps: int) -> None:
+        self.path, self.fps, self.frames = path, int(fps), 0
+        self.tmp = path.with_name(f".{path.stem}.tmp.mp4")
+        self._writer = None
+
+    def add(self, frame: np.ndarray) -> None:
+        height, width = frame.shape[:2]
+        if self._writer is None:
+            import imageio_ffmpeg
+
+            self._writer = imageio_ffmpeg.write_frames(str(self.tmp), (width + width % 2, height + height % 2),
+                                                       fps=self.fps, codec="libx264", quality=7, macro_block_size=1,
+                                                       ffmpeg_log_level="error")
+            self._writer.send(None)  # starts ffmpeg
+        if height % 2 or width % 2:
+            frame = np.pad(frame, ((0, height % 2), (0, width % 2), (0, 0)), mode="edge")
+        self._writer.send(np.ascontiguousarray(frame))
+        self.frames += 1
+
+    def close(self) -> None:
+        """Finish the file and move it to `path`."""
+        if self._writer is not None:
+            self._writer.close()
+            os.replace(self.tmp, self.path)
+
+    def abort(self) -> None:
+        if self._writer is not None:
+            try:
+                self._writer.close()
+            finally:
+                self.tmp.unlink(missing_ok=True)
 
 
 def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir: str | None = None,
          frame_frequency: int = 1, frame_delay: float = 0.0, render: bool = False, fps: int = 30,
          name: str = "play", recorder=None, deterministic: bool = True) -> list[float]:
     """Play `episodes` episodes in a 1-env vector env (deterministic actions, or drawn from the policy);
-    returns each episode's return. A `recorder` (rlexp.demos.DemoRecorder) keeps the episodes as
-    demonstrations."""
+    returns each episode's return. The video has one frame per step: each observation the agent acted on. A
+    `recorder` (rlexp.demos.DemoRecorder) keeps the episodes as demonstrations."""
     from rlexp.checks import _number, whole
 
     episodes, fps = whole("play.episodes", episodes, 1), whole("play.fps", fps, 1)
@@ -121,41 +167,47 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
     if not render:  # off-screen frames need no display or sound device (SDL would complain on stderr)
         os.environ.setdefault("SDL_VIDEODRIVER", "dummy")
         os.environ.setdefault("SDL_AUDIODRIVER", "dummy")
-    frames: list[np.ndarray] = []
+    video: VideoWriter | None = None
     returns: list[float] = []
     obs, _ = envs.reset(seed=agent.seed)
     if recorder is not None:
         recorder.start(obs)
     total, frame_index, starts = 0.0, 0, np.ones(1, bool)
-    while len(returns) < episodes:
-        if capture:
-            frame = rgb_frame(envs)
-            if frame_path is not None and frame_index == 0:  # made once the env proves it gives frames
-                writable_dir(frame_path, "frame_dir")
-            if video_path is not None:
-                frames.append(frame)
-            if frame_path is not None and frame_index % max(int(frame_frequency), 1) == 0:
-                from PIL import Image
+    try:
+        while len(returns) < episodes:
+            if capture:
+                frame = rgb_frame(envs)
+                if frame_index == 0:  # the directories are made once the env proves it gives frames
+                    if frame_path is not None:
+                        writable_dir(frame_path, "frame_dir")
+                    if video_path is not None:
+                        video = VideoWriter(writable_dir(video_path, "video_dir") / f"{name}.mp4", fps)
+                if video is not None:
+                    video.add(frame)
+                if frame_path is not None and frame_index % max(int(frame_frequency), 1) == 0:
+                    from PIL import Image
 
-                Image.fromarray(frame).save(frame_path / f"{name}_{frame_index:06d}.jpg", quality=90)
-            frame_index += 1
-        if frame_delay:
-            time.sleep(float(frame_delay))
-        actions = agent.act(obs, starts, deterministic)
-        obs, rewards, terminated, truncated, info = envs.step(actions)
-        starts = with_lost_lives(terminated | truncated, info)  # a recurrent state restarts as in training
-        if recorder is not None:
-            recorder.step(actions, obs, rewards, terminated, truncated, info)
-        total += float(rewards[0])
-        if terminated[0] or truncated[0]:
-            returns.append(total)
-            log.info(f"episode {len(returns)}: return {total:.{agent.display_precision}f}")
-            total = 0.0
-    if video_path is not None and frames:
-        path = writable_dir(video_path, "video_dir") / f"{name}.mp4"
-        write_video(frames, path, fps)
-        log.info(f"video: {path} ({len(frames)} frames)")
+                    Image.fromarray(frame).save(frame_path / f"{name}_{frame_index:06d}.jpg", quality=90)
+                frame_index += 1
+            if frame_delay:
+                time.sleep(float(frame_delay))
+            actions = agent.act(obs, starts, deterministic)
+            obs, rewards, terminated, truncated, info = envs.step(actions)
+            starts = with_lost_lives(terminated | truncated, info)  # a recurrent state restarts as in training
+            if recorder is not None:
+                recorder.step(actions, obs, rewards, terminated, truncated, info)
+            total += float(rewards[0])
+            if terminated[0] or truncated[0]:
+                returns.append(total)
+                log.info(f"episode {len(returns)}: return {total:.{agent.display_precision}f}")
+                total = 0.0
+    except BaseException:
+        if video is not None:
+            video.abort()
+        raise
+    if video is not None:
+        video.close()
+        log.info(f"video: {video.path} ({video.frames} frames)")
     if frame_path is not None:
         log.info(f"frames: {frame_path} (every {frame_frequency} frame(s))")
     return returns
-

@@ -1,9 +1,10 @@
 """Imported once by the sweep launcher's forkserver (rlexp.launch): what every trial needs, so that forked
 trials start with it loaded. TensorFlow is imported but not started (no devices listed, no thread pools),
 so that each forked trial starts and configures its own."""
-from rlexp.quiet import import_tensorflow, skip_keras_extras, start_deferred
+from rlexp.quiet import import_tensorflow, quiet_libraries, skip_keras_extras, start_deferred
 
 skip_keras_extras()
+quiet_libraries()
 with start_deferred():  # rlexp.agents starts TensorFlow on import elsewhere
     import_tensorflow(start=False)
     import hydra  # noqa: F401

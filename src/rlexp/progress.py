@@ -81,17 +81,19 @@ class Progress:
     """Shows steps/total, steps/s, mean and best return.
 
     mode: 'auto' (bar on a terminal, log lines otherwise), 'bar', 'log' or 'none'.
-    log_frequency: with log lines, one line every n episodes.
+    log_frequency: with log lines, one line every n episodes (of this session: a resumed run's first line comes
+        after n new episodes, as a new run's).
+    initial_steps, initial_episodes: where a resumed run starts; steps/s counts this process's steps only.
     """
 
     def __init__(self, total: int, mode: str = "auto", log_frequency: int = 10, precision: int = 2,
-                 initial_steps: int = 0) -> None:
+                 initial_steps: int = 0, initial_episodes: int = 0) -> None:
         if mode == "auto":
             mode = "bar" if sys.stdout.isatty() else "log"
         self.mode, self.total, self.precision = mode, int(total), precision
         self.log_frequency = max(int(log_frequency or 1), 1)
         self.start_time, self.start_steps = time.perf_counter(), initial_steps
-        self._last_logged_episode = 0
+        self._last_logged_episode = int(initial_episodes)
         self._bar = None
         if mode == "bar":
             self._bar = rich_bar()

@@ -1,15 +1,18 @@
 """TensorFlow without its start-up noise: the C++ runtime writes absl, oneDNN, CUDA-stub and CPU-feature lines
 straight to file descriptor 2 while it loads (before Python's logging or `TF_CPP_MIN_LOG_LEVEL` apply to
 them). `import_tensorflow` loads it with descriptor 2 captured and passes on every other line; in rlexp's own
-processes also without the packages Keras imports for features rlexp doesn't use (`skip_keras_extras`)."""
+processes also without the packages Keras imports for features rlexp doesn't use (`skip_keras_extras`), and
+with MuJoCo's and the ALE's own messages off where they say nothing to act on (`quiet_libraries`)."""
 from __future__ import annotations
 
+import logging
 import os
 import re
 import sys
 import tempfile
 from collections.abc import Iterator
 from contextlib import contextmanager
+from types import ModuleType
 
 NOISE = re.compile(r"absl::InitializeLog|oneDNN custom operations|cudart_stub|cuda_platform|cuda_executor|cuInit|"
                    r"cpu_feature_guard|To enable the following instructions|Unable to register cu|computation_placer|"
@@ -88,18 +91,62 @@ def start_deferred() -> Iterator[None]:
         _deferred = previous
 
 
+# TensorFlow's module that loads its C++ library with RTLD_GLOBAL (for custom op libraries, which rlexp doesn't
+# load): refused, the library loads with its symbols private, as on macOS. Global, its copy of LLVM takes the place
+# of Mesa's inside llvmpipe, Mesa's software OpenGL (MuJoCo's frames through EGL or OSMesa without a GPU), which
+# then crashes at its first frame (rlexp.rendering).
+GLOBAL_SYMBOLS = ("tensorflow.python.pywrap_dlopen_global_flags",)
+
+
 def import_tensorflow(start: bool = True) -> None:
     """Import TensorFlow and Keras and (with `start`) enumerate devices, which calls cuInit, quietly, once per
-    process. A process that will fork imports without starting (`start=False`, or under `start_deferred`)."""
+    process, with TensorFlow's symbols private (`GLOBAL_SYMBOLS`). A process that will fork imports without
+    starting (`start=False`, or under `start_deferred`)."""
     global _started
     start = start and not _deferred
     if _started or (not start and "tensorflow" in sys.modules):
         return
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
-    with filtered_stderr(), imports_refused(KERAS_EXTRAS if _without_extras else ()):
+    refused = (*GLOBAL_SYMBOLS, *(KERAS_EXTRAS if _without_extras else ()))
+    with filtered_stderr(), imports_refused(refused):
         import keras  # noqa: F401
         import tensorflow as tf
 
         if start:
             tf.config.list_physical_devices()
             _started = True
+
+
+# MuJoCo's warnings about gymnasium's own model files (its XML uses compiler attributes MuJoCo deprecates): nothing
+# a user can act on. Printed by MuJoCo's default handler on every model compile, which also writes MUJOCO_LOG.TXT.
+MUJOCO_NOISE = re.compile(r"is deprecated and will be removed")
+
+
+def mujoco_warning(message: str) -> None:
+    """MuJoCo's warning handler in rlexp's processes: drops `MUJOCO_NOISE`, logs the rest as warnings."""
+    if not MUJOCO_NOISE.search(message):
+        logging.getLogger("rlexp").warning(f"MuJoCo warning: {message}")
+
+
+def _quiet_mujoco(mujoco: ModuleType) -> None:
+    mujoco.set_mju_user_warning(mujoco_warning)
+
+
+def _quiet_ale(ale_py: ModuleType) -> None:
+    ale_py.ALEInterface.setLoggerMode(ale_py.LoggerMode.Error)  # its banner, printed by every new emulator
+
+
+_libraries_quiet = False
+
+
+def quiet_libraries() -> None:
+    """In rlexp's own processes (the command, the sweep launcher's forkserver): MuJoCo's warnings about gymnasium's
+    model files and the ALE's start-up banner off, from when each library is imported (or now, if it is)."""
+    global _libraries_quiet
+    if _libraries_quiet:
+        return
+    _libraries_quiet = True
+    import wrapt
+
+    wrapt.when_imported("mujoco")(_quiet_mujoco)
+    wrapt.when_imported("ale_py")(_quiet_ale)

@@ -539,7 +539,8 @@ class Agent:
 
     def fit(self, max_steps: float, target_reward: float | None = None, run_dir: str | Path | None = None,
             checkpoint_interval: float = 30.0, history_interval: float = 2.0, progress: str = "auto",
-            config: Mapping[str, Any] | None = None, tracker: Any = None, evaluator: Any = None) -> dict[str, Any]:
+            config: Mapping[str, Any] | None = None, tracker: Any = None, evaluator: Any = None,
+            verbose: int = 1) -> dict[str, Any]:
         """Train until `max_steps` env steps, the target mean reward, or early stopping.
 
         With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there (the last.ckpt
@@ -548,10 +549,24 @@ class Agent:
         full window), or with an `evaluator` (rlexp.evaluation.Evaluator) the best evaluation.
         `tracker` (see rlexp.tracking) receives episode returns, losses, learning rate, steps/s and evaluations;
         it is flushed with the history.
+        `verbose` (Stable-Baselines3's): 0 prints nothing but warnings; 1 progress (`progress`: 'auto' a live bar
+        on a terminal and log lines otherwise, 'bar', 'log' or 'none') and evaluations, on the console where
+        nothing has configured logging (`rlexp.logs.verbosity`). The constructor's `quiet=True` leaves out the
+        progress.
         Returns a summary of the whole run (all sessions of a resumed one): steps, seconds (training time),
         steps_per_s, reason, mean and best reward, episodes; session_steps and session_seconds of this call;
         already_finished when the run had ended before this call (nothing trained).
         """
+        from rlexp.logs import verbosity
+
+        with verbosity(verbose):
+            return self._fit(max_steps, target_reward, run_dir, checkpoint_interval, history_interval,
+                             progress if verbose else "none", config, tracker, evaluator)
+
+    def _fit(self, max_steps: float, target_reward: float | None, run_dir: str | Path | None,
+             checkpoint_interval: float, history_interval: float, progress: str, config: Mapping[str, Any] | None,
+             tracker: Any, evaluator: Any) -> dict[str, Any]:
+        """`fit`'s loop."""
         from rlexp.tracking import Tracker
 
         from rlexp.checks import check_fit_arguments
@@ -569,7 +584,7 @@ class Agent:
         if run_dir is not None:
             self.history.path = run_dir / "history.parquet"
         bar = Progress(self.max_steps, "none" if self.quiet else progress, self.log_frequency or 10,
-                       self.display_precision, initial_steps=self.steps)
+                       self.display_precision, initial_steps=self.steps, initial_episodes=self.episodes)
         start_steps = self.steps
         last_checkpoint = last_flush = last_best = time.perf_counter()
         best_pending = False

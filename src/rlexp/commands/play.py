@@ -42,6 +42,9 @@ def _play_or_eval(cfg: DictConfig, ckpt: Path) -> float:
     render_mode, option = play_render_mode(cfg)
     if render_mode:  # fail before loading anything, and before making any directory
         from rlexp.play import check_render_mode
+        from rlexp.rendering import offscreen_rendering
+
+        offscreen_rendering(render_mode)  # before the env's module imports MuJoCo
 
         check_render_mode(str(run_cfg.env.id), run_cfg.env.get("imports") or (), render_mode, option)
     for key in ("video_dir", "frame_dir", "demo_dir"):
@@ -86,6 +89,9 @@ def _play_or_eval(cfg: DictConfig, ckpt: Path) -> float:
                    frame_delay=float(cfg.play.frame_delay), render=bool(cfg.get("render")), fps=int(cfg.play.fps),
                    name=name, recorder=recorder, deterministic=deterministic_eval(run_cfg))
     agent.envs.close()
+    # the env copies go now: the agent, kept by reference cycles in its graph functions, lives to the exit, where
+    # an emulator still alive with it is reported as leaked (ale-py's nanobind bindings print ~20 lines)
+    agent.envs = None
     if recorder is not None:
         path = recorder.write(absolute(cfg.demo_dir), run_cfg.env.id,
                               type(agent).__name__, agent.observation_space, agent.action_space)

@@ -161,8 +161,10 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
         log.info(f"the run had already finished ({ended}): nothing to train; resume with a larger run.max_steps "
                  "(or run.target_reward) to train on")
     elif not cfg.agent.get("quiet"):
-        precision = "" if agent.precision == "float32" else f", {agent.precision.split('_')[-1]} compute"
-        log.info(f"training {type(agent).__name__} on {cfg.env.id} ({cfg.env.n_envs} envs{precision}) -> {run_dir}")
+        from rlexp.envs import stepping
+
+        precision = "float32" if agent.precision == "float32" else f"{agent.precision.split('_')[-1]} compute"
+        log.info(f"training {type(agent).__name__} on {cfg.env.id} ({stepping(agent.envs)}, {precision}) -> {run_dir}")
     tracker = make_tracker(cfg, run_dir, agent if resume_from is not None or restart else None,
                            agent.first_update_step())
     failed = True
@@ -172,10 +174,12 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
                             history_interval=float(cfg.run.history_interval), progress=progress_mode(cfg),
                             config=run_config(cfg), tracker=tracker, evaluator=evaluator)
         tracker.end_of_training()
-        returns = [] if summary["reason"] == "interrupted" else evaluate(agent, cfg)
+        returns, evaluated = [], False
+        if summary["reason"] != "interrupted":
+            returns, evaluated = final_evaluation(agent, cfg, evaluator)
         precision = int(cfg.agent.display_precision)
         mean, std = mean_std(returns)
-        if returns:
+        if evaluated:  # one eval/mean_return a step: an evaluation during training at this step is the final one
             tracker.scalars(agent.steps, {"eval/mean_return": mean, "eval/std_return": std})
         write_summary(run_dir, summary, returns, cfg)
         failed = False
@@ -193,6 +197,7 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
     log.info(f"next: python -m rlexp mode=play +checkpoint={run_dir} +video_dir=videos | "
              f"python -m rlexp mode=eval +checkpoint={run_dir} | python -m rlexp +resume={run_dir}")
     agent.envs.close()
+    agent.envs = None  # the env copies go now, not with the agent at the exit (see commands.play)
     if in_sweep():  # a trial of rlexp's sweeper gets every objective back (the float elsewhere)
         from rlexp.sweep import trial_metrics
 
@@ -271,6 +276,35 @@ def eval_kind(cfg: DictConfig) -> str:
 def deterministic_eval(cfg: DictConfig) -> bool:
     """run.eval_deterministic as `build_agent` resolved and recorded it."""
     return bool(cfg.run.eval_deterministic)
+
+
+LONG_EVALUATION = 10_000  # env steps (episodes x the training episodes' mean length) from which it is announced
+
+
+def final_evaluation(agent: Any, cfg: DictConfig, evaluator: Any = None) -> tuple[list[float], bool]:
+    """The final evaluation's returns, and whether it ran now: an evaluation during training at the final step
+    evaluated the same weights on the same episodes, so its returns are taken instead. A long one (from
+    `LONG_EVALUATION` env steps, estimated from the training episodes) is announced first."""
+    if evaluator is not None and evaluator.last_returns is not None and evaluator.rows[-1]["step"] == agent.steps:
+        return list(evaluator.last_returns), False
+    episodes = int(cfg.run.eval_episodes)
+    length = agent.steps / agent.episodes if agent.episodes else episode_limit(cfg)
+    if episodes > 0 and episodes * length >= LONG_EVALUATION:
+        log.info(f"final evaluation: {episodes} {eval_kind(cfg)}episodes of ~{length:,.0f} steps ...")
+    return evaluate(agent, cfg), True
+
+
+def episode_limit(cfg: DictConfig) -> int:
+    """The env's time limit (env.max_episode_steps, else its registration's; 0 if it has none)."""
+    limit = cfg.env.get("max_episode_steps")
+    if not limit:
+        import gymnasium as gym
+
+        try:
+            limit = gym.spec(str(cfg.env.id).split(":")[-1]).max_episode_steps
+        except gym.error.Error:
+            limit = 0
+    return int(limit or 0)
 
 
 def evaluate(agent, cfg: DictConfig) -> list[float]:
