@@ -2,8 +2,8 @@
 `python -m rlexp mode=autotune` from a fresh directory (a study within the pair's training budget, then a training
 run with the tuned preset it wrote, on the first seed), its cost (wall seconds, env steps the study's trials
 trained), then the command autotune printed on the other seeds: the tuned preset's final evaluations next to the
-fallback preset's at the same budget and seeds (learning.md's `fallback-<agent>-<env>` rows, run here where
-missing) and RL Zoo's score (benchmark.md).
+fallback preset's at the same budget and seeds (learning.md's `fallback-<agent>-<env>` commands, trained here with
+the same code) and RL Zoo's score (benchmark.md).
 
 Usage: python benchmarks/autotune.py [PAIR ...] [--seeds 0 1 2] [--budgets 1 3]   (PAIR names: see PAIRS; each
 budget is autotune.budget, the study's env steps as a multiple of the pair's run.max_steps)
@@ -25,7 +25,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from current import RESULTS, now, write_table  # noqa: E402
-from learning import CASES, run as learning_run  # noqa: E402
+from learning import CASES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / "runs" / "autotune"
@@ -60,17 +60,11 @@ def reproduce_command(stdout: str, seed: int) -> list[str]:
     return [w for w in words[3:] if not w.startswith("seed=")] + [f"seed={seed}"]  # after `python -m rlexp`
 
 
-def fallback_evals(case: str, seeds: list[int]) -> list[float]:
-    """Final evaluations of the fallback preset: learning.json's rows of `case`, a learning run where missing."""
-    rows = json.loads((RESULTS / "learning.json").read_text())
-    recorded = {r["seed"]: r["eval_mean"] for r in rows if r["case"] == case and "eval_mean" in r}
-    for seed in seeds:
-        if seed not in recorded:
-            row = learning_run(case, seed)
-            if "error" in row:
-                raise SystemExit(f"{case} seed {seed} failed: {row['error']}")
-            recorded[seed] = row["eval_mean"]
-    return [recorded[seed] for seed in seeds]
+def fallback_evals(case: str, seeds: list[int], cwd: Path) -> list[float]:
+    """Final evaluations of the fallback preset (the learning case's command) on `seeds`, trained now with the
+    code the tuned side runs: recorded rows of an earlier commit can differ."""
+    args = [a for a in CASES[case][0] if a != "run.target_reward=null"]
+    return [final_eval(rlexp(cwd / "fallback", *args, f"seed={seed}")[0]) for seed in seeds]
 
 
 def measure(name: str, seeds: list[int], multiple: float = 1.0) -> dict:
@@ -88,7 +82,7 @@ def measure(name: str, seeds: list[int], multiple: float = 1.0) -> dict:
     budget = float(next(a for a in args if a.startswith("run.max_steps=")).split("=")[1])
     return dict(pair=name, budget=int(budget), multiple=multiple, wall_s=round(wall, 1), study_steps=results["env_steps"],
                 trials=results["trials"], best_trial=results["best_trial"], seeds=seeds, tuned=tuned,
-                fallback=fallback_evals(case, seeds), zoo=zoo, command=" ".join(["mode=autotune", *args]))
+                fallback=fallback_evals(case, seeds, cwd), zoo=zoo, command=" ".join(["mode=autotune", *args]))
 
 
 def scores(values: list[float]) -> str:
@@ -103,7 +97,7 @@ def markdown(rows: list[dict]) -> str:
              "tuned preset), the study's env steps, its trials and the best (trial 0: the untuned values); then the mean "
              "(and each seed's) final evaluation, 20 episodes, of the training with the tuned preset (the command "
              "autotune printed, on each seed), of the fallback preset at the same budget and seeds (learning.md's "
-             "`fallback-*` rows) and RL Zoo's score.", "",
+             "`fallback-*` commands, trained again with this code) and RL Zoo's score.", "",
              "| pair | budget | command | autotune wall s | study env steps | trials | best | seeds | tuned | fallback "
              "| RL Zoo | tuned beats fallback |",
              "|---|---:|---|---:|---:|---|---:|---|---|---|---:|---|"]

@@ -16,6 +16,7 @@ from optuna.trial import TrialState
 
 from rlexp.sweep import search_space
 
+pytestmark = pytest.mark.hydra14
 TINY = ["run.max_steps=1024", "run.eval_episodes=2", "agent.n_steps=32", "env.n_envs=4", "agent.ppo_epochs=2"]
 HPARAMS_SEARCH = """\
 # @package _global_
@@ -79,16 +80,22 @@ def test_a_lightning_style_hparams_search_group_runs_and_its_command_trains_once
     """`+hparams_search=ppo_optuna` (a group that sets hydra.mode: MULTIRUN, the upstream sweeper class,
     study_name: null, storage: null, a TPE sampler with its own knobs, params) is a 2-trial study; the printed
     command trains the best configuration once instead of sweeping again."""
+    import hydra
+
+    hydra_14 = tuple(int(p) for p in hydra.__version__.split(".")[:2]) >= (1, 4)
     (tmp_path / "myconf" / "hparams_search").mkdir(parents=True)
-    (tmp_path / "myconf" / "hparams_search" / "ppo_optuna.yaml").write_text(HPARAMS_SEARCH)
-    result = rlexp(tmp_path, "--config-dir", "myconf", "+hparams_search=ppo_optuna", "env.n_envs=4",
-                   "agent.ppo_epochs=2")
+    # Hydra 1.4 refuses hydra.mode in a config group ("set it directly in the primary config or on the command
+    # line"): there the group leaves it out and the command says -m
+    text = HPARAMS_SEARCH.replace('  mode: "MULTIRUN"\n', "") if hydra_14 else HPARAMS_SEARCH
+    (tmp_path / "myconf" / "hparams_search" / "ppo_optuna.yaml").write_text(text)
+    result = rlexp(tmp_path, *(["-m"] if hydra_14 else []), "--config-dir", "myconf", "+hparams_search=ppo_optuna",
+                   "env.n_envs=4", "agent.ppo_epochs=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     folder, trials = only_study(tmp_path)
     assert folder.name.startswith("ppo_cartpole_") and len(trials) == 2
     assert all(t.state == TrialState.COMPLETE and set(t.params) == {"agent.lr", "agent.n_steps"} for t in trials)
     words = printed(result.stdout, "run it: ")
-    assert "+hparams_search=ppo_optuna" in words and words[-1] == "hydra.mode=RUN"
+    assert "+hparams_search=ppo_optuna" in words and (words[-1] == "hydra.mode=RUN") != hydra_14
     again = rlexp(tmp_path, *words)
     assert again.returncode == 0, again.stdout[-3000:] + again.stderr[-3000:]
     assert "trial " not in again.stdout and "done (max_steps): 1,024 steps" in again.stdout

@@ -32,6 +32,7 @@ def rlexp(cwd, *args, timeout=600):
 
 
 # ----- pruning only stops unfinished trials ------------------------------------------------------------------
+@pytest.mark.hydra14
 @pytest.mark.parametrize("pruner,max_steps,interval,warmup,prefilled_at", [
     ("halving", 2048, 2048, 2048, [2048]),        # one rung (autotune.rungs=1): its only evaluation is the last
     ("halving", 4608, 512, 512, [4608]),          # three rungs L, 3L, 9L: the top one is the trial's end

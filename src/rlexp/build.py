@@ -101,6 +101,17 @@ def check_pairing(cls: type, envs: Any, env_id: str) -> None:
                         f"agents that fit: {', '.join(fits) or 'none yet'}")
 
 
+def _hydra_whitelists() -> bool:
+    import inspect
+
+    from hydra.utils import instantiate
+
+    return "_execution_whitelist_" in inspect.signature(instantiate).parameters
+
+
+HYDRA_WHITELISTS = _hydra_whitelists()  # hydra-core 1.4's instantiate takes the targets it may build
+
+
 def instantiate(node: Any, **kwargs: Any) -> Any:
     """hydra.utils.instantiate, re-raising our own one-line errors instead of Hydra's wrapper. Objects given in
     `kwargs` (envs, buffers) are passed to the constructor as they are: Hydra would put them into a config node
@@ -111,8 +122,11 @@ def instantiate(node: Any, **kwargs: Any) -> Any:
 
     target = str(node.get("_target_", "")).rsplit(".", 1)[-1]
     convert = kwargs.pop("_convert_", None)
+    options = {"_convert_": convert} if convert else {}
+    if HYDRA_WHITELISTS:  # Hydra 1.4: the one target this call builds (an agent or buffer class rlexp checked)
+        options["_execution_whitelist_"] = [str(node.get("_target_", ""))]
     try:
-        factory = instantiate(node, _partial_=True, **({"_convert_": convert} if convert else {}))
+        factory = instantiate(node, _partial_=True, **options)
         return factory(**kwargs)
     except InstantiationException as e:
         if isinstance(e.__cause__, UserError):

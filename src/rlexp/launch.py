@@ -36,6 +36,9 @@ def _job(payload: bytes, log_stem: str, conn) -> None:
         target = os.open(log_stem + suffix, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(target, fd)
         os.close(target)
+    from hydra_plugins.rlexp_sweeper import alias_optuna_sweeper
+
+    alias_optuna_sweeper()  # the sweeper's class may have been named by hydra-optuna-sweeper's path
     call, args = cloudpickle.loads(payload)
     try:
         result = call(*args)

@@ -7,6 +7,7 @@ import gc
 import logging
 import os
 import sys
+import warnings
 from argparse import Action
 from typing import Any, Callable
 
@@ -32,7 +33,13 @@ MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval, "plot": plo
          "autotune": autotune}
 
 
-@hydra.main(version_base="1.3", config_path="pkg://rlexp.conf", config_name="config")
+HYDRA_14 = tuple(int(part) for part in hydra.__version__.split(".")[:2]) >= (1, 4)
+if HYDRA_14:  # rlexp's logging config names its own filter class: Hydra 1.4 runs it as before, with a warning
+    warnings.filterwarnings("ignore", message="Hydra configured Python logging without an execution whitelist")
+
+
+@hydra.main(config_path="pkg://rlexp.conf", config_name="config",
+            **({} if HYDRA_14 else {"version_base": "1.3"}))  # 1.4 takes its own defaults and deprecates the key
 def main(cfg: DictConfig) -> float:
     """Compose the config, dispatch `mode`, return the objective (mean evaluation return)."""
     gc.disable()  # until `startup_done`: importing TensorFlow and building the agent only allocate

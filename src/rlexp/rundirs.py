@@ -7,6 +7,7 @@ import re
 from pathlib import Path
 from typing import Any
 
+import omegaconf
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf
 
@@ -26,7 +27,9 @@ def env_display_name(choice: str | None, env_id: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "-", name).strip("-.") or GENERIC_ENV
 
 
-OmegaConf.register_new_resolver("rlexp.env_name", env_display_name, replace=True)  # run_name in conf/config.yaml
+# run_name in conf/config.yaml (omegaconf 2.4, which Hydra 1.4 needs, renames register_new_resolver)
+_register = OmegaConf.register_resolver if omegaconf.__version__ >= "2.4" else OmegaConf.register_new_resolver
+_register("rlexp.env_name", env_display_name, replace=True)
 
 
 def env_command(choice: str | None, env_id: str) -> str:

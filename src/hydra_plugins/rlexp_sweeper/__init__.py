@@ -198,10 +198,30 @@ store.store(group="hydra/launcher", name="rlexp_slurm", node=RlexpSlurmConf, pro
 
 def alias_optuna_sweeper() -> None:
     """Let Hydra build rlexp's sweeper where a config names hydra-optuna-sweeper's class (unless that plugin is
-    installed: then its class is the one named)."""
+    installed: then its class is the one named). Hydra instantiates a plugin by the class path its config names,
+    and 1.4 only that path, so the path is made importable: a module of that name (in this process; rlexp's trial
+    processes call this too) whose OptunaSweeper is rlexp's."""
+    import importlib.util
+    import types
+
     from hydra.core.plugins import Plugins
 
-    Plugins.instance().class_name_to_class.setdefault(OPTUNA_SWEEPER, RlexpOptunaSweeper)
+    module_name, _, name = OPTUNA_SWEEPER.rpartition(".")
+    package_name = module_name.rpartition(".")[0]
+    if module_name not in sys.modules:
+        try:
+            installed = importlib.util.find_spec(module_name) is not None
+        except ImportError:
+            installed = False
+        if installed:
+            return
+        package = sys.modules.setdefault(package_name, types.ModuleType(package_name))
+        module = types.ModuleType(module_name, "rlexp's sweeper under hydra-optuna-sweeper's class path")
+        module.OptunaSweeper = type(name, (RlexpOptunaSweeper,), {"__module__": module_name,
+                                                                  "__doc__": RlexpOptunaSweeper.__doc__})
+        package.optuna_sweeper = module
+        sys.modules[module_name] = module
+    Plugins.instance().class_name_to_class.setdefault(OPTUNA_SWEEPER, sys.modules[module_name].OptunaSweeper)
 
 
 class RlexpOptunaSweeper(Sweeper):

@@ -181,7 +181,12 @@ def make_sampler(sampler: Any):
                          f"{', '.join(accepted)}")
     from hydra.utils import instantiate
 
-    arguments = {k: instantiate(v) if isinstance(v, Mapping) and "_target_" in v else v for k, v in arguments.items()}
+    import inspect
+
+    trusted = {"_execution_whitelist_": ["optuna.*"]} if "_execution_whitelist_" in inspect.signature(
+        instantiate).parameters else {}  # Hydra 1.4: a sampler's own parts come from Optuna
+    arguments = {k: instantiate(v, **trusted) if isinstance(v, Mapping) and "_target_" in v else v
+                 for k, v in arguments.items()}
     if "reference_points" in arguments:  # NSGA-III: a list of points in YAML, an array for Optuna
         import numpy as np
 
