@@ -352,8 +352,11 @@ def test_sweep_presets_compose_and_parse(preset, agent):
     assert c.run.max_steps == 5e4 and c.hydra.sweeper.n_trials == 40
     params = [f"{k}={v}" for k, v in c.hydra.sweeper.params.items()]
     dists, _, grid = search_space(params)
-    assert len(dists) == 4 and not grid
-    for key in c.hydra.sweeper.params:  # every searched key exists in the composed config
+    assert len(dists) == {"ppo": 4, "dqn": 10}[preset] and not grid
+    for key in c.hydra.sweeper.params:  # every searched key exists in the composed config (a group: its options)
+        if "." not in key:
+            assert set(dists[key].choices) <= {"mlp", "mlp_large"}, key
+            continue
         section, name = key.split(".")
         assert name in c[section], key
 
@@ -370,7 +373,8 @@ def test_sweep_presets_compose_and_parse(preset, agent):
     ("hydra.sweeper.max_failure_rate=2", "hydra.sweeper.max_failure_rate=2: use a fraction from 0 to 1"),
     ("hydra.sweeper.pruner=foo", "hydra.sweeper.pruner=foo is unknown; use median | none"),
     ("hydra.sweeper.params=5", "hydra.sweeper.params=5: use a mapping of keys to sweeps"),
-    ("+hydra.sweeper.sampler.foo=1", "hydra.sweeper.sampler (optuna.samplers.TPESampler): TypeError"),
+    ("+hydra.sweeper.sampler.foo=1", "hydra.sweeper.sampler.foo is not an argument of optuna.samplers.TPESampler; "
+                                     "use one of consider_prior, "),
     ("hydra.launcher.start_method=fork", "hydra.launcher.start_method=fork: use forkserver or spawn"),
     ("hydra.sweeper.max_env_steps=100", "hydra.sweeper.max_env_steps=100: one trial trains up to 1,000 env steps "
      "(run.max_steps x seeds_per_trial); raise it or shorten the trials"),
@@ -425,7 +429,7 @@ SETTINGS = dict(sampler={"_target_": "optuna.samplers.RandomSampler", "seed": 0}
     ("storage", "", "storage=: use sqlite:///path/optuna.db"),
     ("study_name", "a/b", "study_name=a/b: use a name without /"),
     ("study_name", "", "study_name=: use a name without /"),
-    ("sampler", "foo", "sampler=foo: pick one with hydra/sweeper/sampler=tpe|random|cmaes|nsgaii|qmc"),
+    ("sampler", "foo", "sampler=foo: pick one with hydra/sweeper/sampler=tpe|random|grid|cmaes|nsgaii|nsgaiii|gp|qmc"),
     ("sampler", {"_target_": "optuna.samplers.TPESampler", "seed": "abc"}, "sampler.seed=abc: use a whole number"),
     ("sampler", {"_target_": "optuna.samplers.TPESampler", "n_startup_trials": -1}, "n_startup_trials=-1: use a"),
     ("sampler", {"_target_": "optuna.samplers.TPESampler", "multivariate": "yes"}, "multivariate=yes: use true or"),

@@ -12,10 +12,9 @@ import pandas as pd
 import pytest
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
-from optuna.distributions import FloatDistribution
 from optuna.trial import TrialState
 
-from rlexp.sweep import OptunaSweep, halving_rungs, make_pruner, make_storage
+from rlexp.sweep import OptunaSweep, halving_rungs, make_pruner
 
 TINY = ["run.eval_episodes=2", "agent.n_steps=32", "env.n_envs=4", "agent.ppo_epochs=2"]
 SETTINGS = dict(sampler={"_target_": "optuna.samplers.RandomSampler", "seed": 0}, direction="maximize",

@@ -338,3 +338,11 @@ class RlexpSlurmLauncher(SlurmLauncher):
 
     def __call__(self, *args: Any) -> JobReturn:
         return _safe_call(super().__call__, *args)
+
+    def launch(self, job_overrides, initial_job_idx: int):
+        """submitit's folder resolved again: its default ${hydra.sweep.dir}/.submitit/%j names the study's folder,
+        which the sweeper picks after this launcher was made."""
+        folder = OmegaConf.select(self.config, "hydra.launcher.submitit_folder")
+        if folder:
+            self.params["submitit_folder"] = str(folder)
+        return super().launch(job_overrides, initial_job_idx)

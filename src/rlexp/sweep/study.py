@@ -11,18 +11,19 @@ import functools
 import json
 import logging
 import math
-import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
 import optuna
 from omegaconf import OmegaConf, open_dict, read_write
-from optuna.distributions import BaseDistribution, CategoricalDistribution
+from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
 from rlexp.errors import Started, SweepError
 from rlexp.sweep.pruning import LEADER_ENDED, TRIAL_ENV
+from rlexp.sweep.checks import SPACE_ATTR, Checks
+from rlexp.sweep.confirm import Confirmation
 from rlexp.sweep.report import BASELINE_ATTR, STEPS_ATTR, Report, _format, params_of
 from rlexp.sweep.scheduler import Job, Slots, steps_on_disk
 from rlexp.sweep.settings import _shown, check_settings, one_line
@@ -30,10 +31,8 @@ from rlexp.sweep.space import baseline_params, described, grid_choices, grid_poi
 from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, storage_url
 
 log = logging.getLogger("rlexp.sweep")
-SPACE_ATTR = "search_space"        # the study's search space, as text (a continued study must search the same)
 RESERVED_ATTR = "reserved_steps"   # a running trial's env steps at its full length, held against max_env_steps
 INTERRUPTED_ATTR = "interrupted"   # a trial a stopped or killed sweep left unfinished: not counted, run again
-CONFIRM_SEED_OFFSET = 10_000       # confirmation seeds: seed + 10000 + j, never a seed the search trained on
 DEFAULT_SWEEP_DIR = "multirun/${hydra.sweeper.study_name}"  # conf/config.yaml's: the study's own folder
 
 
@@ -52,7 +51,7 @@ class Running:
         return len(self.ended) == len(self.jobs)
 
 
-class OptunaSweep(Report):
+class OptunaSweep(Checks, Confirmation, Report):
     """The sweep itself; `RlexpOptunaSweeper` (the Hydra plugin) hands it its config, launcher and arguments."""
 
     def __init__(self, settings: Mapping[str, Any], config, launcher, config_loader=None) -> None:
@@ -72,55 +71,6 @@ class OptunaSweep(Report):
         self.fixed: dict[str, str] = {}
 
     # -- set-up ------------------------------------------------------------------------------------------
-    def check_space(self, distributions: Mapping[str, BaseDistribution], is_grid: bool) -> None:
-        """Refuse what would silently mean something else."""
-        if "seed" in distributions and (self.n_seeds > 1 or not is_grid):
-            raise SweepError("seed=" + ",".join(map(str, getattr(distributions["seed"], "choices", ["..."])))
-                             + " would be tuned as one more parameter; run every trial on several seeds with "
-                             f"hydra.sweeper.seeds_per_trial={len(getattr(distributions['seed'], 'choices', [0, 0, 0]))} "
-                             "instead (its objective is their mean)")
-        if self.objective != "final_eval" and "run.eval_interval" not in distributions:
-            interval = int(float(OmegaConf.select(self.config, "run.eval_interval", default=0) or 0))
-            if interval <= 0:
-                raise SweepError(f"hydra.sweeper.objective={self.objective} needs evaluations during training: "
-                                 "add run.eval_interval=<env steps> (e.g. a tenth of run.max_steps)")
-
-    def check_evaluations(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> None:
-        """Every objective scores a trial by its evaluation episodes: run.eval_episodes=0 would fail every trial."""
-        key = "run.eval_episodes"
-        if any(k.lstrip("+~") == key for k in distributions):
-            return
-        value = next((v for k, v in fixed.items() if k.lstrip("+~") == key), None)
-        if value is None:
-            value = OmegaConf.select(self.config, key, default=None)
-        try:
-            episodes = float(value)
-        except (TypeError, ValueError):
-            return  # not a number: each trial's check of the run settings names it
-        if episodes < 1:
-            raise SweepError(f"{key}={_shown(value)}: hydra.sweeper.objective={self.objective} scores each trial by "
-                             f"its evaluation episodes; set {key} to 1 or more (e.g. {key}=10)")
-
-    def check_choices(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> None:
-        """Each option of a swept config group (agent=ppo,ppp) composes as its trials will, before any trial runs:
-        a missing preset is one line, not a failed trial."""
-        if self.config_loader is None:
-            return
-        from rlexp.errors import hydra_error_line
-
-        groups = {str(g) for g in self.config.hydra.runtime.get("choices", {}) if "/" not in str(g)}
-        base = [f"{k}={v}" for k, v in fixed.items()]
-        for key, dist in distributions.items():
-            if key.lstrip("+~") not in groups or not isinstance(dist, CategoricalDistribution):
-                continue
-            for option in dist.choices:
-                try:
-                    self.config_loader.load_sweep_config(self.config, [*base, f"{key}={option}"])
-                except Exception as e:  # noqa: BLE001 - what every trial with this option would fail with
-                    line = hydra_error_line(e) or one_line(e)
-                    prefix = "" if line.startswith(f"{key}={option}") else f"{key}={option}: "
-                    raise SweepError(f"{prefix}{line}") from None
-
     def study_name(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> str:
         """hydra.sweeper.study_name, or <agent>_<env>_<hash of the search space and fixed values>: the same command
         continues its study, another sweep of the pair starts its own."""
@@ -192,24 +142,6 @@ class OptunaSweep(Report):
                 f"; other studies of {others[0]} here: {', '.join(others[1:])} (another search space or other fixed "
                 "values; hydra.sweeper.study_name=<name> continues one)" if others else ""))
         return study
-
-    def check_search_space(self, study: optuna.Study, distributions: Mapping[str, BaseDistribution]) -> None:
-        """A continued study must search the space it was made with (kept in the study; for a study made before
-        that, the first trial's distributions that cover it)."""
-        new = described(distributions)
-        old = study.user_attrs.get(SPACE_ATTR)
-        if old is None:
-            trial = next((t for t in study.get_trials(deepcopy=False) if t.distributions
-                          and not t.user_attrs.get(BASELINE_ATTR)), None)
-            if trial is None:
-                return
-            old = described(trial.distributions)
-        if old == new:
-            return
-        changed = sorted(set(old) ^ set(new)) + sorted(k for k in set(old) & set(new) if old[k] != new[k])
-        detail = "; ".join(f"{k}: {old.get(k, 'absent')} -> {new.get(k, 'absent')}" for k in changed[:3])
-        raise SweepError(f"study {study.study_name} was run with another search space ({detail}); start a new "
-                         f"study with hydra.sweeper.study_name=<new name>, or repeat the original ranges")
 
     # -- the loop -------------------------------------------------------------------------------------------
     def run(self, arguments: list[str]) -> None:
@@ -512,51 +444,6 @@ class OptunaSweep(Report):
             study.tell(trial, values, state=state)
         except RuntimeError as e:  # already finished (marked FAIL by another sweeper)
             log.warning(f"trial {trial.number}: {e}")
-
-    # -- the confirmation round --------------------------------------------------------------------------
-    def run_confirmation(self, study: optuna.Study) -> None:
-        """Re-run the top_k configurations on `seeds` fresh seeds, n_jobs at a time; their results are kept in the
-        study's user attributes (confirm_<trial>: {seed: objective}), so a continued sweep runs only the missing
-        ones."""
-        top_k, n = self.confirm["top_k"], self.confirm["seeds"]
-        top = self.ranked(study)[:top_k]
-        seeds = [self.seed + CONFIRM_SEED_OFFSET + j for j in range(n)]
-        jobs = []
-        first = self.next_job_number(study)
-        for trial in top:
-            done = study.user_attrs.get(f"confirm_{trial.number}", {})
-            for seed in seeds:
-                if str(seed) not in done:
-                    subdir = f"confirm/trial_{trial.number}_seed_{seed}"
-                    jobs.append(Job(self.trial_overrides(study, trial, seed, subdir, report=False), first + len(jobs),
-                                    subdir, owner=trial, seed=seed))
-        if not jobs:
-            return
-        log.info(f"confirmation: the top {len(top)} configuration(s) on {n} fresh seeds "
-                 f"({seeds[0]}..{seeds[-1]}): {len(jobs)} run(s)")
-        start = time.perf_counter()
-        slots = Slots(self.launcher, self.s["n_jobs"])
-        try:
-            waiting = list(jobs)
-            while waiting or slots.running:
-                while waiting and slots.free:
-                    slots.start(waiting.pop(0))
-                for job in slots.next_done():
-                    state, metrics, error = self.outcome(job.result)
-                    if state != TrialState.COMPLETE:
-                        log.warning(f"confirmation of trial {job.owner.number}, seed {job.seed}: {state.name} "
-                                    f"{error or ''}")
-                        continue
-                    done = dict(study.user_attrs.get(f"confirm_{job.owner.number}", {}))
-                    done[str(job.seed)] = metrics[self.objective]
-                    study.set_user_attr(f"confirm_{job.owner.number}", done)
-        finally:
-            slots.close()
-        log.info(f"confirmation took {time.perf_counter() - start:.1f} s")
-
-    def next_job_number(self, study: optuna.Study) -> int:
-        """The first job number after every search trial's (trial n's jobs are n * seeds_per_trial + i)."""
-        return (max((t.number for t in study.get_trials(deepcopy=False)), default=-1) + 1) * self.n_seeds
 
 
 def counted_trials(study: optuna.Study, trials: list | None = None) -> list[optuna.trial.FrozenTrial]:
