@@ -30,15 +30,14 @@ def context(start_method: str):
     return _CONTEXTS[start_method]
 
 
-def _job(payload: bytes, log_stem: str, conn) -> None:
+def _job(setup: Callable[[], None] | None, payload: bytes, log_stem: str, conn) -> None:
     """In the trial's process: output to <log_stem>.out/.err, run the call, send back its pickled result."""
     for fd, suffix in ((1, ".out"), (2, ".err")):
         target = os.open(log_stem + suffix, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(target, fd)
         os.close(target)
-    from hydra_plugins.rlexp_sweeper import alias_optuna_sweeper
-
-    alias_optuna_sweeper()  # the sweeper's class may have been named by hydra-optuna-sweeper's path
+    if setup is not None:  # what the payload needs importable before it is unpickled
+        setup()
     call, args = cloudpickle.loads(payload)
     try:
         result = call(*args)
@@ -52,7 +51,8 @@ def _job(payload: bytes, log_stem: str, conn) -> None:
 
 
 def run_jobs(call: Callable[..., Any], jobs: Sequence[tuple], log_dir: Path, start_method: str = "forkserver",
-             timeout_s: float | None = None, names: Sequence[str] | None = None) -> list[Any]:
+             timeout_s: float | None = None, names: Sequence[str] | None = None,
+             setup: Callable[[], None] | None = None) -> list[Any]:
     """call(*job) for every job at once, each in its own process; the results in order. A process that dies
     or runs past `timeout_s` gives a RuntimeError in its place."""
     ctx = context(start_method)
@@ -61,7 +61,7 @@ def run_jobs(call: Callable[..., Any], jobs: Sequence[tuple], log_dir: Path, sta
     stems = [str(log_dir / (names[i] if names else f"job_{i}")) for i in range(len(jobs))]
     for job, stem in zip(jobs, stems):
         receiver, sender = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=_job, args=(cloudpickle.dumps((call, job)), stem, sender), daemon=False)
+        process = ctx.Process(target=_job, args=(setup, cloudpickle.dumps((call, job)), stem, sender), daemon=False)
         process.start()
         sender.close()
         running.append((process, receiver))

@@ -313,7 +313,8 @@ class RlexpLocalLauncher(Launcher):
         jobs = [(list(overrides), n, f"local_{n}", state) for n, overrides in zip(numbers, job_overrides)]
         results = run_jobs(self._safe, jobs, sweep_dir / ".launcher", str(self.params.get("start_method", "forkserver")),
                            timeout_s=float(self.params.get("timeout_min") or 0) * 60 or None,
-                           names=[_log_name(overrides, n) for n, overrides in zip(numbers, job_overrides)])
+                           names=[_log_name(overrides, n) for n, overrides in zip(numbers, job_overrides)],
+                           setup=alias_optuna_sweeper)  # the sweeper's class may go by hydra-optuna-sweeper's path
         return [r if isinstance(r, JobReturn) else _failed(r) for r in results]
 
     def _safe(self, *args: Any) -> JobReturn:
