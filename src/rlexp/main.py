@@ -189,18 +189,22 @@ def cli() -> None:
     except UserError as e:
         print(f"error: {e}", file=sys.stderr)
         sys.exit(2)
+    # Two of Hydra's private functions are wrapped (its input errors as one line, each override checked); a Hydra
+    # without them (checked: 1.3.x and 1.4.0rc3 have both) keeps its own messages instead of failing here.
     from hydra._internal import utils as hydra_utils
 
-    if not isinstance(hydra_utils.run_and_report, functools.partial):  # once per process
-        hydra_utils.run_and_report = functools.partial(report_input_errors, hydra_utils.run_and_report)
+    run_and_report = getattr(hydra_utils, "run_and_report", None)
+    if callable(run_and_report) and not isinstance(run_and_report, functools.partial):  # once per process
+        hydra_utils.run_and_report = functools.partial(report_input_errors, run_and_report)
     from rlexp.cli_help import list_groups_by_use
 
     list_groups_by_use()
     from hydra._internal.config_loader_impl import ConfigLoaderImpl
 
-    if not hasattr(ConfigLoaderImpl._apply_overrides_to_config, "checked"):  # once per process
+    apply_overrides = getattr(ConfigLoaderImpl, "_apply_overrides_to_config", None)
+    if callable(apply_overrides) and not hasattr(apply_overrides, "checked"):  # once per process
         ConfigLoaderImpl._apply_overrides_to_config = staticmethod(  # type: ignore[method-assign]
-            check_each_override(ConfigLoaderImpl._apply_overrides_to_config))
+            check_each_override(apply_overrides))
     from hydra_plugins.rlexp_sweeper import alias_optuna_sweeper
 
     alias_optuna_sweeper()  # configs naming hydra-optuna-sweeper's class
