@@ -5,8 +5,9 @@ trained), then the command autotune printed on the other seeds: the tuned preset
 fallback preset's at the same budget and seeds (learning.md's `fallback-<agent>-<env>` commands, trained here with
 the same code) and RL Zoo's score (benchmark.md).
 
-Usage: python benchmarks/autotune.py [PAIR ...] [--seeds 0 1 2] [--budgets 1 3]   (PAIR names: see PAIRS; each
-budget is autotune.budget, the study's env steps as a multiple of the pair's run.max_steps)
+Usage: python benchmarks/autotune.py [PAIR ...] [--seeds 0 1 2] [--budgets 1 3 10]   (PAIR names: see PAIRS; each
+budget is autotune.budget, the study's env steps as a multiple of the pair's run.max_steps, tried from the smallest
+up until the tuned preset beats the fallback; rows are kept in results/autotune.json, a row run again replaces it)
 """
 from __future__ import annotations
 
@@ -24,17 +25,20 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from current import RESULTS, now, write_table  # noqa: E402
+from current import RESULTS, commit, now, write_table  # noqa: E402
 from learning import CASES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / "runs" / "autotune"
-PAIRS = {  # name: (learning case of the fallback at the same budget, RL Zoo's score at that budget)
-    "a2c-lunarlander": ("fallback-a2c-lunarlander", 155.8),
-    "a2c-acrobot": ("fallback-a2c-acrobot", -83.4),
-    "dqn-mountaincar": ("fallback-dqn-mountaincar", -100.8),
-    "a2c-mountaincar": ("fallback-a2c-mountaincar", -111.263),
+ROWS = RESULTS / "autotune.json"  # every measured (pair, budget) row; a new run of a row replaces it
+PAIRS = {  # name: (learning case of the fallback at the same budget, RL Zoo's score at that budget); pairs without a
+    # tuned preset whose fallback scores far below RL Zoo
     "a2c-mountaincarcontinuous": ("fallback-a2c-mountaincarcontinuous", 91.166),
+    "a2c-lunarlander": ("fallback-a2c-lunarlander", 155.8),
+    "a2c-mountaincar": ("fallback-a2c-mountaincar", -111.263),
+    "trpo-mountaincar": ("fallback-trpo-mountaincar", -107.278),
+    "a2c-swimmer": ("fallback-a2c-swimmer", 200.627),
+    "dqn-mountaincar": ("fallback-dqn-mountaincar", -100.8),
 }
 
 
@@ -67,22 +71,31 @@ def fallback_evals(case: str, seeds: list[int], cwd: Path) -> list[float]:
     return [final_eval(rlexp(cwd / "fallback", *args, f"seed={seed}")[0]) for seed in seeds]
 
 
-def measure(name: str, seeds: list[int], multiple: float = 1.0) -> dict:
+def measure(name: str, seeds: list[int], multiple: float, fallback: list[float]) -> dict:
+    """One autotune run of `name` at `multiple` x its steps, and its tuned preset trained on the other seeds. Where
+    the study kept trial 0 (the untuned values) and its training scored exactly the fallback's on the first seed,
+    the tuned preset is the fallback's values: the other seeds' scores are the fallback's."""
     case, zoo = PAIRS[name]
     args = [a for a in CASES[case][0] if a != "run.target_reward=null"]  # null already: the command as a user types it
     if multiple != 1.0:
         args.append(f"autotune.budget={multiple:g}")
     cwd = WORK / f"{name}-x{multiple:g}"
-    shutil.rmtree(cwd, ignore_errors=True)
+    shutil.rmtree(cwd / "tuned", ignore_errors=True)
     stdout, wall = rlexp(cwd / "tuned", "mode=autotune", *args, f"seed={seeds[0]}")
     (study,) = (cwd / "tuned" / "multirun").iterdir()
     results = yaml.safe_load((study / "optimization_results.yaml").read_text())
-    tuned = [final_eval(stdout)] + [final_eval(rlexp(cwd / "tuned", *reproduce_command(stdout, seed))[0])
-                                    for seed in seeds[1:]]
+    tuned = [final_eval(stdout)]
+    kept = results["best_trial"] == 0 and tuned[0] == fallback[0]
+    tuned += fallback[1:] if kept else [final_eval(rlexp(cwd / "tuned", *reproduce_command(stdout, seed))[0])
+                                        for seed in seeds[1:]]
     budget = float(next(a for a in args if a.startswith("run.max_steps=")).split("=")[1])
     return dict(pair=name, budget=int(budget), multiple=multiple, wall_s=round(wall, 1), study_steps=results["env_steps"],
                 trials=results["trials"], best_trial=results["best_trial"], seeds=seeds, tuned=tuned,
-                fallback=fallback_evals(case, seeds, cwd), zoo=zoo, command=" ".join(["mode=autotune", *args]))
+                fallback=fallback, zoo=zoo, command=" ".join(["mode=autotune", *args]), date=now(), commit=commit())
+
+
+def beats(row: dict) -> bool:
+    return statistics.mean(row["tuned"]) > statistics.mean(row["fallback"])
 
 
 def scores(values: list[float]) -> str:
@@ -91,41 +104,67 @@ def scores(values: list[float]) -> str:
 
 
 def markdown(rows: list[dict]) -> str:
-    lines = ["`python -m rlexp <command> seed=<first seed>` with autotune's defaults (budget 1.0 x run.max_steps, "
-             "at most 10 trials x 2 seeds, successive halving at 3 lengths L, 3L, 9L, evaluations of 5 episodes with "
-             "actions drawn from the policy): wall time of the whole command (the study and the training with the "
-             "tuned preset), the study's env steps, its trials and the best (trial 0: the untuned values); then the mean "
-             "(and each seed's) final evaluation, 20 episodes, of the training with the tuned preset (the command "
-             "autotune printed, on each seed), of the fallback preset at the same budget and seeds (learning.md's "
-             "`fallback-*` commands, trained again with this code) and RL Zoo's score.", "",
+    lines = ["`python -m rlexp <command> seed=<first seed>` with autotune's defaults but the budget (at most 10 trials "
+             "x 2 seeds, successive halving at 3 lengths L, 3L, 9L, no trial longer than the pair's run.max_steps, "
+             "evaluations of 5 episodes with actions drawn from the policy; budget: the study's env steps as a multiple "
+             "of run.max_steps): wall time of the whole command (the study and the training with the tuned preset), "
+             "the study's env steps, its trials and the best (trial 0: the untuned values); then the mean (and each "
+             "seed's) final evaluation, 20 episodes, of the training with the tuned preset (the command autotune "
+             "printed, on each seed), of the fallback preset at the same steps and seeds (learning.md's `fallback-*` "
+             "commands, trained again with the row's code) and RL Zoo's score. Each pair's budgets run from the "
+             "smallest up, stopping at the first whose preset beats the fallback (`--budgets 1 3 10`).", "",
              "| pair | budget | command | autotune wall s | study env steps | trials | best | seeds | tuned | fallback "
-             "| RL Zoo | tuned beats fallback |",
-             "|---|---:|---|---:|---:|---|---:|---|---|---|---:|---|"]
+             "| RL Zoo | tuned beats fallback | measured |",
+             "|---|---:|---|---:|---:|---|---:|---|---|---|---:|---|---|"]
     for r in rows:
         trials = ", ".join(f"{n} {state.lower()}" for state, n in r["trials"].items())
-        beats = "yes" if statistics.mean(r["tuned"]) > statistics.mean(r["fallback"]) else "no"
         lines.append(f"| {r['pair']} | {r.get('multiple', 1.0):g}x | `{r['command']}` | {r['wall_s']:,.0f} | "
                      f"{r['study_steps']:,} ({r['study_steps'] / r['budget']:.2f}x) | {trials} | {r['best_trial']} | "
-                     f"{', '.join(map(str, r['seeds']))} | "
-                     f"{scores(r['tuned'])} | {scores(r['fallback'])} | {r['zoo']:.1f} | {beats} |")
-    return "\n".join(lines)
+                     f"{', '.join(map(str, r['seeds']))} | {scores(r['tuned'])} | {scores(r['fallback'])} | "
+                     f"{r['zoo']:.1f} | {'yes' if beats(r) else 'no'} | {r.get('date', '')} {r.get('commit', '')} |")
+    verdicts = []
+    for pair in dict.fromkeys(r["pair"] for r in rows):
+        tried = [r for r in rows if r["pair"] == pair]
+        won = next((r for r in tried if beats(r)), None)
+        largest = max(r["multiple"] for r in tried)
+        verdicts.append(f"- {pair}: " + (f"beats the fallback at {won['multiple']:g}x" if won else
+                                         f"does not beat the fallback up to {largest:g}x"))
+    return "\n".join(lines + ["", *verdicts])
+
+
+def load_rows() -> list[dict]:
+    return json.loads(ROWS.read_text()) if ROWS.exists() else []
+
+
+def save_row(rows: list[dict], row: dict) -> list[dict]:
+    """`rows` with `row` in place of the same pair's row at the same budget, in PAIRS' then the budgets' order."""
+    rows = [r for r in rows if (r["pair"], r["multiple"]) != (row["pair"], row["multiple"])] + [row]
+    rows.sort(key=lambda r: (list(PAIRS).index(r["pair"]) if r["pair"] in PAIRS else len(PAIRS), r["multiple"]))
+    tmp = ROWS.with_suffix(".tmp")
+    tmp.write_text(json.dumps(rows, indent=1) + "\n")
+    tmp.replace(ROWS)
+    return rows
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("pairs", nargs="*", metavar="PAIR", help=", ".join(PAIRS))
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
-    parser.add_argument("--budgets", nargs="+", type=float, default=[1.0])
+    parser.add_argument("--budgets", nargs="+", type=float, default=[1.0],
+                        help="tried from the smallest up, stopping at the first that beats the fallback")
     args = parser.parse_args()
     unknown = sorted(set(args.pairs) - set(PAIRS))
     if unknown:
         parser.error(f"unknown pair {unknown[0]}; use {', '.join(PAIRS)}")
-    started = now()
-    rows = []
+    started, rows = now(), load_rows()
     for name in args.pairs or PAIRS:
-        for multiple in args.budgets:
-            rows.append(measure(name, args.seeds, multiple))
-            print(json.dumps(rows[-1]), flush=True)
+        fallback = fallback_evals(PAIRS[name][0], args.seeds, WORK / name)
+        for multiple in sorted(args.budgets):
+            row = measure(name, args.seeds, multiple, fallback)
+            print(json.dumps(row), flush=True)
+            rows = save_row(rows, row)
+            if beats(row):
+                break
     body = markdown(rows)
     print(body)
     print(write_table("autotune", "mode=autotune: cost and result against the fallback and RL Zoo", body, started))

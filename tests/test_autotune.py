@@ -221,6 +221,9 @@ def test_successive_halving_prunes_a_trial_behind_at_a_rung_once_warmup_trials_r
     ({"rungs": 1, "trials": 5, "seeds": 1}, 50_000, (10_000, 10_000)),
     # 4 rungs, 2 trials, budget 2: 27 + 1 x (1 + 3 x 2/3) + 1 x (27 - 3) = 54 lengths of 2 x 90,000 / 54 = 3,333
     ({"rungs": 4, "trials": 2, "seeds": 1, "budget": 2}, 90_000, (3_333, 89_991)),
+    # budget 10: 2,000,000 / 73.3 = 27,272 would make the longest trial 245,448 steps, past the training's
+    # 200,000: capped at 200,000 // 9 = 22,222
+    ({"budget": 10}, 200_000, (22_222, 199_998)),
 ])
 def test_the_budget_sets_the_first_rung_so_that_the_expected_study_fits(settings, max_steps, lengths):
     from omegaconf import OmegaConf

@@ -220,7 +220,8 @@ def job_slots(overrides: Overrides) -> int:
 def check_budget(cfg: DictConfig, max_steps: int, learning_start: int = 0, slots: int = 1) -> Budget:
     """autotune.* checked, and the trials' lengths derived from them: budget x max_steps env steps in all, each
     trial `learning_start` random steps then up to 3^(rungs-1) first-rung lengths L (`first_rungs`, with
-    `slots` job slots, each trial taking autotune.seeds of them)."""
+    `slots` job slots, each trial taking autotune.seeds of them), and no trial longer than max_steps: a trial's
+    score is meant to predict a training of max_steps (a larger budget than that needs is left unspent)."""
     section = cfg.get("autotune")
     if not isinstance(section, DictConfig):
         raise UserError(f"autotune={section!r}: autotune is a section of settings; set its keys instead, e.g. "
@@ -236,6 +237,7 @@ def check_budget(cfg: DictConfig, max_steps: int, learning_start: int = 0, slots
     in_flight_trials = max(1, slots // seeds)
     first_rung = int((budget * max_steps / seeds - trials * learning_start) / first_rungs(trials, rungs,
                                                                                        in_flight_trials))
+    first_rung = min(first_rung, (max_steps - learning_start) // 3 ** (rungs - 1))  # no trial past the training's end
     if first_rung < 1:
         warmup = (f" past each trial's buffer.initial_size={learning_start:,} random steps" if learning_start
                   else "")
