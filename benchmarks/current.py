@@ -13,15 +13,29 @@ from pathlib import Path
 RESULTS = Path(__file__).resolve().parent / "results"
 
 
+def bfloat16_support() -> str:
+    """The CPU's bfloat16 matmul support from its flags: AMX tiles, AVX-512 BF16 instructions, or none (bfloat16
+    then runs emulated, without a gain over float32)."""
+    try:
+        flags = set(next(line for line in open("/proc/cpuinfo") if line.startswith("flags")).split(":", 1)[1].split())
+    except (OSError, StopIteration):
+        return "bfloat16 support unknown"
+    if "amx_bf16" in flags:
+        return "bfloat16: AMX"
+    if "avx512_bf16" in flags:
+        return "bfloat16: avx512_bf16"
+    return "no bfloat16 instructions (emulated)"
+
+
 def machine() -> str:
-    """CPU model, cores, memory, Python and TensorFlow versions."""
+    """CPU model and its bfloat16 support, cores, memory, Python and TensorFlow versions."""
     from importlib.metadata import version
 
     cpu = platform.processor() or platform.machine()
     try:
         cpu = next(line.split(":", 1)[1].strip() for line in open("/proc/cpuinfo") if line.startswith("model name"))
         memory = next(int(line.split()[1]) for line in open("/proc/meminfo") if line.startswith("MemTotal"))
-        cpu += f", {memory / 2**20:.0f} GiB"
+        cpu += f" ({bfloat16_support()}), {memory / 2**20:.0f} GiB"
     except (OSError, StopIteration):
         pass
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
