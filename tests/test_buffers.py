@@ -64,6 +64,23 @@ def test_sum_tree_sampling_frequencies_match_the_leaves():
     assert chisquare(counts[keep], 120_000 * values[keep] / values.sum()).pvalue > 1e-3
 
 
+def test_sum_tree_nodes_hold_the_sums_and_minima_of_their_leaves_after_updates_with_repeats():
+    rng = np.random.default_rng(0)
+    tree, leaves = SumTree(37), np.zeros(64)  # 37 leaves: a padded tree of 64
+    leaves[37:] = np.inf  # padding: never the minimum, as an empty leaf
+    for _ in range(50):
+        idx = rng.integers(0, 37, 16)  # repeats: the last value of an index stays
+        values = rng.random(16)
+        tree.update(idx, values)
+        for i, value in zip(idx, values):  # in order: a repeated index keeps its last value
+            leaves[i] = value
+    for level in range(7):  # level 0: the root, a single range of 64 leaves; level 6: the leaves
+        ranges = leaves.reshape(2**level, -1)
+        sums = np.where(np.isinf(ranges), 0.0, ranges).sum(axis=1)
+        np.testing.assert_allclose(tree.sums[2**level:2 ** (level + 1)], sums, rtol=1e-12)
+        np.testing.assert_array_equal(tree.mins[2**level:2 ** (level + 1)], ranges.min(axis=1))
+
+
 def test_prioritized_sampling_follows_priorities_to_the_alpha():
     buffer = PrioritizedReplayBuffer(max_size=8, batch_size=5, alpha=0.5, priority_eps=1.0)
     buffer.rng = np.random.default_rng(1)

@@ -168,17 +168,17 @@ class SumTree:
         return self.sums[self.first_leaf + np.asarray(idx, np.int64)]
 
     def update(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Set leaves `idx` to `values` (a repeated index takes its last value), then their ancestors."""
+        """Set leaves `idx` to `values` (a repeated index takes its last value), then their ancestors (a
+        parent shared by several is written as often, with the same value: cheaper than deduplicating)."""
+        sums, mins = self.sums, self.mins
         nodes = self.first_leaf + np.asarray(idx, np.int64)
-        self.sums[nodes] = values
-        self.mins[nodes] = values
-        nodes = np.unique(nodes)
+        sums[nodes] = values
+        mins[nodes] = values
         for _ in range(self.depth):
-            nodes = nodes // 2
-            nodes = nodes[np.diff(nodes, prepend=-1) != 0]  # sorted: each parent once
-            left, right = 2 * nodes, 2 * nodes + 1
-            self.sums[nodes] = self.sums[left] + self.sums[right]
-            self.mins[nodes] = np.minimum(self.mins[left], self.mins[right])
+            left = nodes & -2
+            right, nodes = left + 1, nodes >> 1
+            sums[nodes] = sums[left] + sums[right]
+            mins[nodes] = np.minimum(mins[left], mins[right])
 
     def find(self, masses: np.ndarray) -> np.ndarray:
         """For each mass in [0, total): the leaf j with sum(leaves < j) <= mass < sum(leaves <= j)."""
