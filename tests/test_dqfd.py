@@ -183,6 +183,18 @@ def test_importance_weights_scale_every_per_row_loss(tmp_path):
     np.testing.assert_allclose(doubled["td_errors"].numpy(), plain["td_errors"].numpy())
 
 
+def test_pretraining_draws_each_batch_once_the_previous_ones_priorities_are_set(tmp_path):
+    record_cartpole_demos(tmp_path, episodes=1)
+    buffer = PrioritizedNStepReplayBuffer(max_size=100, batch_size=8)
+    agent = small_dqfd(tmp_path, buffer)  # 50 pre-training steps between two target syncs (every 1,000)
+    events = []
+    sample, update = buffer.sample, buffer.update_priorities
+    buffer.sample = lambda n_batches=1, beta=None: events.append(("sample", n_batches)) or sample(n_batches, beta)
+    buffer.update_priorities = lambda indices, errors: events.append(("update", len(indices))) or update(indices, errors)
+    agent.train_iteration()
+    assert events == [("sample", 1), ("update", 8)] * 50
+
+
 def test_pretraining_and_the_loaded_demonstrations_are_logged(tmp_path, caplog):
     import logging
 

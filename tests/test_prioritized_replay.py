@@ -31,24 +31,91 @@ def test_importance_weights_multiply_each_rows_huber_loss():
         pytest.approx(unweighted, rel=1e-6)
 
 
-def test_an_update_phase_sets_the_sampled_priorities_to_their_td_errors():
+@pytest.mark.parametrize("double", [False, True])
+def test_an_update_sets_the_sampled_priorities_to_their_td_errors(double):
     buffer = PrioritizedReplayBuffer(max_size=200, initial_size=16, batch_size=16, alpha=0.6, priority_eps=0.01)
-    agent = small_dqn(buffer, train_freq=40, gradient_steps=1)
+    agent = small_dqn(buffer, train_freq=40, gradient_steps=1, double=double, gamma=0.9)
     agent.max_steps = 1000
-    agent.train_iteration()  # 40 env steps; the update phase's batch went through `learn_from_replay` already
+    agent.train_iteration()  # 40 env steps and an update phase
+    buffer.data["terminated"][::3] = 1.0  # terminations beside bootstrapped rows in the next batch
     before = buffer.tree.leaves(np.arange(buffer.size)).copy()
-    batch = agent.sample_replay(1)
+    draws = []
+
+    def recorded(beta):  # the batch the update uses, with the networks' outputs before the update
+        batch = draw(beta)
+        draws.append(batch | {"q": agent.model(batch["obs"]).numpy(), "next_q": agent.model(batch["next_obs"]).numpy(),
+                              "next_q_target": agent.target(batch["next_obs"]).numpy()})
+        return batch
+
+    draw, agent.prioritized_batch = agent.prioritized_batch, recorded
+    agent.learn_from_replay()
+    (batch,) = draws
     assert batch["weights"].shape == (16,) and batch["indices"].shape == (16,)
-    q = tf.gather(agent.model(batch["obs"]), batch["actions"], batch_dims=1).numpy()
-    targets = q_targets(batch["rewards"], batch["terminated"], agent.target(batch["next_obs"]), agent.gamma).numpy()
-    agent.run_updates(batch)
+    assert set(batch["terminated"]) == {0.0, 1.0}
+    rows = np.arange(16)
+    q = batch["q"][rows, batch["actions"]].astype(np.float64)
+    if double:  # the online network picks a', the target network values it
+        next_value = batch["next_q_target"][rows, batch["next_q"].argmax(axis=1)]
+    else:
+        next_value = batch["next_q_target"].max(axis=1)
+    targets = batch["rewards"] + 0.9 * (1.0 - batch["terminated"]) * next_value.astype(np.float64)
     leaves = buffer.tree.leaves(np.arange(buffer.size))
-    drawn = np.zeros(buffer.size, bool)
-    drawn[batch["indices"]] = True
     last = {i: k for k, i in enumerate(batch["indices"])}  # a transition drawn twice keeps its last error
     for i, k in last.items():
         assert leaves[i] == pytest.approx((abs(q[k] - targets[k]) + 0.01) ** 0.6, rel=1e-5)
-    np.testing.assert_array_equal(leaves[~drawn], before[~drawn])
+    untouched = np.setdiff1d(np.arange(buffer.size), batch["indices"])
+    np.testing.assert_array_equal(leaves[untouched], before[untouched])
+
+
+class FixedDraws:
+    """A stand-in for the buffer's generator: every uniform draw is `u`."""
+
+    def __init__(self, u: float) -> None:
+        self.u = u
+
+    def random(self, shape) -> np.ndarray:
+        return np.full(shape, self.u)
+
+
+def test_each_batch_of_an_update_phase_is_drawn_and_weighted_with_the_priorities_its_predecessor_left():
+    """Schaul et al. (2016), Algorithm 1: sample, weigh, update, then set the batch's priorities, batch after batch.
+    The TD errors are fixed per transition; the expected draws (inverse CDF of the priorities at the stratified
+    masses (k + u) total / batch_size) and weights (N P(i))^-beta / max_k (N P(k))^-beta are computed by hand."""
+    alpha, beta, eps, u = 0.6, 0.4, 0.01, 0.37
+    buffer = PrioritizedReplayBuffer(max_size=8, initial_size=8, batch_size=4, alpha=alpha, beta=beta, priority_eps=eps)
+    agent = small_dqn(buffer, gradient_steps=4)
+    agent.max_steps = 1000  # at step 0, beta is buffer.beta
+    slots = np.arange(8, dtype=np.float32)
+    obs = np.stack([slots, np.zeros(8), np.zeros(8), np.zeros(8)], axis=1).astype(np.float32)  # obs[0]: the slot
+    buffer.add(obs, np.zeros(8, np.int64), np.ones(8, np.float32), obs, np.zeros(8, np.float32))
+    buffer.rng = FixedDraws(u)
+    td_errors = np.array([0.0, -3.0, 0.5, 2.0, -0.2, 1.0, 4.0, 0.1], np.float32)  # of the transition in each slot
+    seen = []
+
+    def record(obs, weights):
+        seen.append((obs[:, 0].astype(np.int64), weights.copy()))
+        return td_errors[obs[:, 0].astype(np.int64)]
+
+    def update_batch(batch):  # no gradient step: the TD errors above
+        errors = tf.numpy_function(record, [batch["obs"], batch["weights"]], tf.float32, stateful=True)
+        errors.set_shape([4])
+        return {"loss": tf.reduce_sum(errors), "td_errors": errors}
+
+    agent.update_batch = update_batch
+    agent.learn_from_replay()
+    assert len(seen) == 4
+    priorities = np.ones(8)  # stored transitions start at the largest priority so far, 1
+    for drawn, weights in seen:
+        scaled = priorities**alpha
+        cumulative = np.cumsum(scaled)
+        masses = (np.arange(4) + u) * cumulative[-1] / 4
+        np.testing.assert_array_equal(drawn, np.searchsorted(cumulative, masses, side="right"))
+        probabilities = scaled / scaled.sum()
+        all_weights = (8 * probabilities) ** -beta
+        np.testing.assert_allclose(weights, all_weights[drawn] / all_weights.max(), rtol=1e-6)
+        priorities[drawn] = np.abs(td_errors[drawn].astype(np.float64)) + eps
+    assert [list(d) for d, _ in seen[:2]] == [[0, 2, 4, 6], [1, 3, 6, 6]]  # the second batch follows the first's errors
+    np.testing.assert_allclose(buffer.tree.leaves(np.arange(8)), priorities**alpha, rtol=1e-12)
 
 
 @pytest.mark.e2e

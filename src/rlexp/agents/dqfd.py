@@ -193,8 +193,10 @@ class DQfD(DQN):
         while done < self.pretrain_steps:
             n = min(chunk, self.pretrain_steps - done)
             self._sync_fn()
-            batch = self.sample_replay(n) if self.prioritized else self.demo_batch(n * self.buffer.batch_size)
-            metrics = self.run_updates(batch)
+            if self.prioritized:
+                metrics = self.run_prioritized_updates(n)
+            else:
+                metrics = self.run_updates(self.demo_batch(n * self.buffer.batch_size))
             done += n
         self._sync_fn()
         self.pretrained = True

@@ -44,8 +44,8 @@ class DQN(OffPolicyAgent):
             of a graph step, same transitions bit for bit; CNNs always act in TensorFlow).
 
     With a `PrioritizedReplayBuffer` (buffer=prioritized), the Huber loss of each sampled transition is
-    weighted by its importance-sampling weight, and its |TD error| sets its new priority once the update
-    phase's `gradient_steps` updates are done.
+    weighted by its importance-sampling weight, and its |TD error| sets its new priority before the next
+    batch is drawn.
     """
 
     action_spaces = ("discrete",)

@@ -183,25 +183,19 @@ class OffPolicyAgent(Agent):
     @no_autograph
     def _gradient_steps(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """An update on each consecutive `batch_size` slice of `batch` (`gradient_steps` of them from
-        `learn_from_replay`); the mean metrics, and with importance-sampling `weights` in the batch, each row's
-        |TD error| at its update (`td_errors`, in the batch's order). A `tf.while_loop`, not AutoGraph (whose
-        conversion was most of the first call's trace)."""
+        `learn_from_replay`); the mean metrics. A `tf.while_loop`, not AutoGraph (whose conversion was most of
+        the first call's trace)."""
         size = self.buffer.batch_size
         batch = {k: tf.reshape(v, [-1, size, *v.shape[1:]]) for k, v in batch.items()}  # one row per step
         steps = next(iter(batch.values())).shape[0]
-        prioritized = "weights" in batch
 
-        def gradient_step(g, totals, *errors):
+        def gradient_step(g, totals):
             metrics = self.update_batch({k: tf.gather(v, g) for k, v in batch.items()})
-            if prioritized:
-                errors = (errors[0].write(g, tf.abs(metrics["td_errors"])),)
-            return (g + 1, {k: totals[k] + metrics[k] for k in totals}, *errors)
+            return g + 1, {k: totals[k] + metrics[k] for k in totals}
 
         totals = {k: tf.constant(0.0) for k in self.metric_names}
-        errors = (tf.TensorArray(tf.float32, size=steps),) if prioritized else ()
-        _, totals, *errors = tf.while_loop(lambda g, *_: g < steps, gradient_step, (tf.constant(0), totals, *errors))
-        means = {k: v / float(steps) for k, v in totals.items()}
-        return means | ({"td_errors": tf.reshape(errors[0].stack(), [-1])} if prioritized else {})
+        _, totals = tf.while_loop(lambda g, *_: g < steps, gradient_step, (tf.constant(0), totals))
+        return {k: v / float(steps) for k, v in totals.items()}
 
     @no_autograph
     def update_batch(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
@@ -210,27 +204,63 @@ class OffPolicyAgent(Agent):
                                 batch["terminated"])
 
     def run_updates(self, batch: dict[str, np.ndarray]) -> dict[str, float]:
-        """`_gradient_steps` on a batch, in one graph call; the mean metrics. A prioritized sample (with
-        `indices`) gets its transitions' priorities updated from the TD errors of these updates."""
+        """`_gradient_steps` on a batch, in one graph call; the mean metrics."""
         if not hasattr(self, "_update_fn"):
             self._update_fn = tf.function(self._gradient_steps, autograph=False)
-        indices = batch.get("indices")
-        metrics = self._update_fn({k: v for k, v in batch.items() if k != "indices"})
-        if indices is not None:
-            self.buffer.update_priorities(indices, metrics.pop("td_errors").numpy())
-        return {k: float(v) for k, v in metrics.items()}
+        return {k: float(v) for k, v in self._update_fn(batch).items()}
 
-    def sample_replay(self, n_batches: int) -> dict[str, np.ndarray]:
-        """`n_batches` batches from the buffer; prioritized ones with beta annealed over the run."""
+    def learn_from_replay(self) -> dict[str, float]:
+        """One update phase outside the fused loop: `gradient_steps` updates on batches from the buffer
+        (normalised), prioritized ones drawn one at a time (`run_prioritized_updates`)."""
         from rlexp.buffers import PrioritizedReplayBuffer
 
         if isinstance(self.buffer, PrioritizedReplayBuffer):
-            return self.buffer.sample(n_batches, beta=self.buffer.beta_at(self.steps, self.max_steps))
-        return self.buffer.sample(n_batches)
+            return self.run_prioritized_updates(self.gradient_steps)
+        return self.run_updates(self.normalize_batch(self.buffer.sample(self.gradient_steps)))
 
-    def learn_from_replay(self) -> dict[str, float]:
-        """One update phase outside the fused loop: sample, normalise, `gradient_steps` updates."""
-        return self.run_updates(self.normalize_batch(self.sample_replay(self.gradient_steps)))
+    # ----- prioritized replay: each batch drawn from the priorities its predecessor left ------------------
+    def prioritized_batch(self, beta: float) -> dict[str, np.ndarray]:
+        """One batch from the prioritized buffer (normalised), with its `indices` and importance `weights`."""
+        return self.normalize_batch(self.buffer.sample(1, beta=beta))
+
+    def run_prioritized_updates(self, n_batches: int) -> dict[str, float]:
+        """`n_batches` updates in one graph call, as Schaul et al. (2016, Algorithm 1) do them: each on a batch
+        drawn, and weighted, with the priorities as the previous update's TD errors left them, beta annealed
+        over the run; the mean metrics."""
+        beta = self.buffer.beta_at(self.steps, self.max_steps)
+        first = self.prioritized_batch(beta)
+        self._no_batch = {k: np.zeros_like(v) for k, v in first.items()}  # the last update's successor
+        if not hasattr(self, "_prioritized_fn"):
+            self._prioritized_fn = tf.function(self._prioritized_steps, autograph=False)
+        metrics = self._prioritized_fn(first, tf.constant(n_batches), tf.constant(beta, tf.float64))
+        return {k: float(v) for k, v in metrics.items()}
+
+    def _reprioritize_and_sample(self, indices: np.ndarray, td_errors: np.ndarray, beta: np.ndarray,
+                                 more: np.ndarray) -> list[np.ndarray]:
+        """Set the priorities of the batch just used from its TD errors; then the next batch, drawn with them
+        (if `more`), as a list in `_no_batch`'s order and dtypes."""
+        self.buffer.update_priorities(indices, td_errors)
+        batch = self.prioritized_batch(float(beta)) if more else self._no_batch
+        return [batch[k].astype(zeros.dtype, copy=False) for k, zeros in self._no_batch.items()]
+
+    @no_autograph
+    def _prioritized_steps(self, batch: dict[str, tf.Tensor], steps: tf.Tensor, beta: tf.Tensor) -> dict[str, tf.Tensor]:
+        """`steps` updates, the first on `batch`; after each, a NumPy call sets the priorities of its batch
+        from its |TD errors| and draws the next one. A `tf.while_loop`, as `_gradient_steps`."""
+        keys, dtypes = list(batch), [v.dtype for v in batch.values()]
+
+        def gradient_step(g, totals, batch):
+            metrics = self.update_batch({k: v for k, v in batch.items() if k != "indices"})
+            errors = tf.cast(tf.abs(metrics["td_errors"]), tf.float32)
+            following = tf.numpy_function(self._reprioritize_and_sample, [batch["indices"], errors, beta, g + 1 < steps],
+                                          dtypes, stateful=True)
+            for value, key in zip(following, keys):
+                value.set_shape(batch[key].shape)
+            return g + 1, {k: totals[k] + metrics[k] for k in totals}, dict(zip(keys, following))
+
+        totals = {k: tf.constant(0.0) for k in self.metric_names}
+        _, totals, _ = tf.while_loop(lambda g, *_: g < steps, gradient_step, (tf.constant(0), totals, batch))
+        return {k: v / tf.cast(tf.maximum(steps, 1), tf.float32) for k, v in totals.items()}
 
     # ----- the fused loop ---------------------------------------------------------------------------
     @no_autograph
