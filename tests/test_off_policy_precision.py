@@ -1,5 +1,5 @@
 """bfloat16 compute for the off-policy agents: what stays float32 (variables, optimizer state, target networks,
-outputs, log-probs, losses), why the soft target updates need float32 targets, and the `auto` rule."""
+outputs, log-probs, losses), the soft target updates of float32 targets, and the `auto` rule."""
 from __future__ import annotations
 
 import numpy as np
@@ -9,7 +9,6 @@ import tensorflow as tf
 from rlexp import build
 from rlexp.agents import DDPG, DQN, NAF, PPO, SAC, TD3
 from rlexp.agents.base import precision_policy
-from rlexp.agents.off_policy import soft_update
 from rlexp.buffers import ReplayBuffer
 from rlexp.envs import make_envs
 from rlexp.errors import UserError
@@ -60,21 +59,54 @@ def test_sac_log_probs_in_bfloat16_are_float32_from_the_float32_head():
     np.testing.assert_allclose(log_prob.numpy(), expected, rtol=1e-5, atol=1e-4)
 
 
-def test_soft_updates_move_float32_targets_as_exact_arithmetic_does_where_bfloat16_targets_stall():
+def weights(models) -> list[np.ndarray]:
+    """Every variable of `models`, as float64 copies."""
+    return [v.numpy().astype(np.float64) for m in models for v in m.variables]
+
+
+def test_a_training_update_moves_sacs_float32_targets_by_polyak_averaging_under_bfloat16():
+    """The update phase's soft update, in the fused graph loop: target <- tau * critic + (1 - tau) * target, with
+    the critics as the phase's critic step left them, computed in float64 NumPy."""
+    agent = small_agent(SAC, "Pendulum-v1")
+    while not agent.buffer.ready:
+        agent.train_iteration()  # the random warm-up
+    rng = np.random.default_rng(0)
+    for target in agent.target_critics:  # targets well apart from the critics, so that the average moves them
+        for v in target.variables:
+            v.assign(v + rng.normal(0, 0.1, v.shape).astype(np.float32))
+    before = weights(agent.target_critics)
+    updates = int(agent.updates)
+    agent.max_steps = agent.steps + 1  # one env step, one update
+    agent.train_iteration()
+    assert int(agent.updates) == updates + 1
+    assert {v.dtype for t in agent.target_critics for v in t.variables} == {"float32"}
+    tau = agent.tau
+    for after, critic, old in zip(weights(agent.target_critics), weights(agent.critics), before):
+        np.testing.assert_allclose(after, tau * critic + (1 - tau) * old, rtol=1e-6, atol=1e-7)  # float32 rounding
+        assert np.abs(after - old).max() > 1e-4  # moved tau x ~0.1, far beyond the tolerance
+
+
+def test_soft_updates_move_td3s_float32_targets_as_exact_arithmetic_does_under_bfloat16():
     """Bjorck et al. (2021) keep 16-bit targets with Kahan summation; rlexp's targets are float32 under a bfloat16
-    policy, within 4e-6 of the exact average after 300 steps (0.5% of the distance moved; a bfloat16 target, one
-    ulp 2^-7 at 1.0, never moves)."""
-    tau, steps = 0.005, 300
-    target, source = tf.Variable(tf.ones(4)), tf.Variable(tf.fill([4], 1.001))
-    for _ in range(steps):
-        soft_update([target], [source], tau)
-    exact = 1.001 - 0.001 * (1 - tau) ** steps  # target_k = source - (source - target_0) (1 - tau)^k
-    np.testing.assert_allclose(target.numpy(), exact, atol=4e-6)
-    assert exact - 1.0 > 7e-4  # it moved most of the way
-    half = tf.ones(4, tf.bfloat16)
-    for _ in range(steps):
-        half = tau * tf.fill([4], tf.constant(1.001, tf.bfloat16)) + (1 - tau) * half
-    assert float(half[0]) == 1.0
+    policy: 300 of TD3's own target updates (actor and both critics) land within 300 float32 roundings
+    (2e-5 relative) of the exact average source - (source - target_0) (1 - tau)^300, where a bfloat16 target
+    (one ulp 2^-7 at 1.0) would stall."""
+    agent = small_agent(TD3, "Pendulum-v1", tau=0.005)
+    targets, sources = [agent.target_actor, *agent.target_critics], [agent.actor, *agent.critics]
+    rng = np.random.default_rng(1)
+    for target in targets:
+        for v in target.variables:
+            v.assign(v + rng.normal(0, 0.01, v.shape).astype(np.float32))
+    before, online = weights(targets), weights(sources)
+    update = tf.function(agent.target_updates, autograph=False)
+    for _ in range(300):
+        update()
+    assert {v.dtype for t in targets for v in t.variables} == {"float32"}
+    for after, source, old in zip(weights(targets), online, before):
+        exact = source - (source - old) * (1 - agent.tau) ** 300
+        np.testing.assert_allclose(after, exact, rtol=2e-5, atol=1e-7)
+        assert np.abs(after - old).max() > 1e-3  # it moved most of the way (1 - 0.995^300 = 78% of ~0.01)
+    np.testing.assert_array_equal(weights(sources)[0], online[0])  # the sources stay as they were
 
 
 def test_off_policy_agents_compute_in_bfloat16_only(monkeypatch):
