@@ -190,7 +190,7 @@ def test_pretraining_draws_each_batch_once_the_previous_ones_priorities_are_set(
     events = []
     sample, update = buffer.sample, buffer.update_priorities
     buffer.sample = lambda n_batches=1, beta=None: events.append(("sample", n_batches)) or sample(n_batches, beta)
-    buffer.update_priorities = lambda indices, errors: events.append(("update", len(indices))) or update(indices, errors)
+    buffer.update_priorities = lambda idx, errors: events.append(("update", len(idx))) or update(idx, errors)
     agent.train_iteration()
     assert events == [("sample", 1), ("update", 8)] * 50
 

@@ -244,7 +244,8 @@ class OffPolicyAgent(Agent):
         return [batch[k].astype(zeros.dtype, copy=False) for k, zeros in self._no_batch.items()]
 
     @no_autograph
-    def _prioritized_steps(self, batch: dict[str, tf.Tensor], steps: tf.Tensor, beta: tf.Tensor) -> dict[str, tf.Tensor]:
+    def _prioritized_steps(self, batch: dict[str, tf.Tensor], steps: tf.Tensor,
+                           beta: tf.Tensor) -> dict[str, tf.Tensor]:
         """`steps` updates, the first on `batch`; after each, a NumPy call sets the priorities of its batch
         from its |TD errors| and draws the next one. A `tf.while_loop`, as `_gradient_steps`."""
         keys, dtypes = list(batch), [v.dtype for v in batch.values()]
@@ -252,8 +253,8 @@ class OffPolicyAgent(Agent):
         def gradient_step(g, totals, batch):
             metrics = self.update_batch({k: v for k, v in batch.items() if k != "indices"})
             errors = tf.cast(tf.abs(metrics["td_errors"]), tf.float32)
-            following = tf.numpy_function(self._reprioritize_and_sample, [batch["indices"], errors, beta, g + 1 < steps],
-                                          dtypes, stateful=True)
+            inputs = [batch["indices"], errors, beta, g + 1 < steps]
+            following = tf.numpy_function(self._reprioritize_and_sample, inputs, dtypes, stateful=True)
             for value, key in zip(following, keys):
                 value.set_shape(batch[key].shape)
             return g + 1, {k: totals[k] + metrics[k] for k in totals}, dict(zip(keys, following))
