@@ -1,8 +1,8 @@
 """Peer baseline for cases beyond ../shared/bench/sb3_cases.py, with the same output: sb3-contrib's
-RecurrentPPO on CartPole without velocities (RL Zoo's ppo_lstm CartPoleNoVel-v1 values, 20k steps:
-RecurrentPPO runs ~100-300 steps/s on 2 cores).
+RecurrentPPO on CartPole and Pendulum without velocities (RL Zoo's ppo_lstm CartPoleNoVel-v1 and PendulumNoVel-v1
+values; RecurrentPPO runs ~100-300 steps/s on 2 cores).
 
-Usage (in a virtualenv with stable-baselines3 and sb3-contrib): python sb3_extra_cases.py CASE [SEED]
+Usage (in a virtualenv with stable-baselines3 and sb3-contrib): python sb3_extra_cases.py CASE [SEED [STEPS]]
 -> one JSON line {case, seconds, steps, steps_per_s, eval_mean, eval_std}
 """
 import json
@@ -16,35 +16,49 @@ from sb3_contrib import RecurrentPPO
 from stable_baselines3.common.evaluation import evaluate_policy  # handles recurrent states
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.utils import LinearSchedule
-from stable_baselines3.common.vec_env import VecNormalize
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+MASKED = {"CartPole-v1": [1, 3], "Pendulum-v1": [2]}  # velocity entries, as RL Zoo's MaskVelocityWrapper
+LSTM_POLICY = dict(ortho_init=False, activation_fn=nn.ReLU, lstm_hidden_size=64, enable_critic_lstm=True,
+                   net_arch=dict(pi=[64], vf=[64]))  # RL Zoo's ppo_lstm policy_kwargs for both rows
 
 
 class MaskVelocity(gym.ObservationWrapper):
-    """CartPole's cart and pole velocities (entries 1 and 3) set to 0, as RL Zoo's MaskVelocityWrapper."""
+    """The env's velocity entries (MASKED) set to 0, as RL Zoo's MaskVelocityWrapper."""
 
     def observation(self, obs):
         obs = np.array(obs, copy=True)
-        obs[[1, 3]] = 0.0
+        obs[MASKED[self.spec.id]] = 0.0
         return obs
 
 
-def case(name, seed=0):
+def novel_env(env_id: str, n_envs: int, seed: int) -> VecEnv:
+    """`n_envs` copies of `env_id` with its velocities masked (Monitor inside: returns stay the env's own)."""
+    return make_vec_env(env_id, n_envs=n_envs, seed=seed, wrapper_class=MaskVelocity)
+
+
+def case(name: str, seed: int = 0, steps: int | None = None) -> tuple[RecurrentPPO, int, str]:
+    """(model, env steps, env id) of a case."""
     if name == "ppo-lstm-cartpole-novel":
-        env = VecNormalize(make_vec_env("CartPole-v1", n_envs=8, seed=seed, wrapper_class=MaskVelocity),
-                           norm_obs=True, norm_reward=False, gamma=0.98)
-        kwargs = dict(ortho_init=False, activation_fn=nn.ReLU, lstm_hidden_size=64, enable_critic_lstm=True,
-                      net_arch=dict(pi=[64], vf=[64]))
+        env = VecNormalize(novel_env("CartPole-v1", 8, seed), norm_obs=True, norm_reward=False, gamma=0.98)
         model = RecurrentPPO("MlpLstmPolicy", env, n_steps=32, batch_size=256, gae_lambda=0.8, gamma=0.98, n_epochs=20,
                              ent_coef=0.0, learning_rate=LinearSchedule(1e-3, 0.0, 1.0),
                              clip_range=LinearSchedule(0.2, 0.0, 1.0), vf_coef=0.5, max_grad_norm=0.5,
-                             policy_kwargs=kwargs, seed=seed, verbose=0, device="cpu")
-        return model, int(sys.argv[3]) if len(sys.argv) > 3 else 20_000
+                             policy_kwargs=LSTM_POLICY, seed=seed, verbose=0, device="cpu")
+        return model, steps or 20_000, "CartPole-v1"
+    if name == "ppo-lstm-pendulum-novel":  # batch_size, vf_coef, max_grad_norm: RecurrentPPO's defaults
+        env = VecNormalize(novel_env("Pendulum-v1", 4, seed), norm_obs=True, norm_reward=True, gamma=0.9)
+        model = RecurrentPPO("MlpLstmPolicy", env, n_steps=1024, batch_size=128, gae_lambda=0.95, gamma=0.9,
+                             n_epochs=10, ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, vf_coef=0.5,
+                             max_grad_norm=0.5, use_sde=True, sde_sample_freq=4, policy_kwargs=LSTM_POLICY,
+                             seed=seed, verbose=0, device="cpu")
+        return model, steps or 100_000, "Pendulum-v1"
     raise SystemExit(f"unknown case {name}")
 
 
 if __name__ == "__main__":
     name, seed = sys.argv[1], int(sys.argv[2]) if len(sys.argv) > 2 else 0
-    model, steps = case(name, seed)
+    model, steps, _ = case(name, seed, int(sys.argv[3]) if len(sys.argv) > 3 else None)
     start = time.perf_counter()
     model.learn(steps)
     seconds = time.perf_counter() - start

@@ -1,0 +1,249 @@
+"""Learning parity: rlexp against sb3-contrib (TRPO, RecurrentPPO) on the same env, hyperparameters, network,
+initialisation, observation/reward normalisation and env steps, several seeds a side, both scored by 20 episodes of
+the deterministic policy with the final weights.
+
+Usage: python benchmarks/parity.py --sb3-python /path/to/sb3-venv/bin/python [--cases CASE ...] [--seeds 0 1 2]
+       [--steps N --no-write]   (a smoke test: N env steps a run, nothing recorded)
+       python benchmarks/parity.py --rewrite   (parity.md again from parity.json)
+Per case and seed the two sides alternate: rlexp through its CLI (run dirs under benchmarks/runs/parity/, the final
+evaluation read from the run's summary.json), then benchmarks/sb3_parity_cases.py in the SB3 virtualenv. Every row is
+kept in benchmarks/results/parity.json (a run of the same case, side and seed replaces its row, so cases and seeds can
+be run in separate invocations); benchmarks/results/parity.md is written from it. Rows are only recorded when the runs
+trained the case's own step count.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from typing import NamedTuple
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from current import RESULTS, command_line, commit, machine, now, write_table  # noqa: E402
+
+ROOT = Path(__file__).resolve().parents[1]
+WORK = ROOT / "benchmarks" / "runs" / "parity"
+ROWS = RESULTS / "parity.json"
+SB3_CASES = ROOT / "benchmarks" / "sb3_parity_cases.py"
+TOOLS = ("rlexp", "sb3")
+MIN_SEEDS = 3  # a side's seeds needed for a verdict
+
+
+class Case(NamedTuple):
+    args: list[str]  # rlexp CLI arguments (besides seed, steps and the evaluation settings)
+    sb3: str  # the case's name in sb3_parity_cases.py
+    steps: int
+    origin: str  # where both sides' hyperparameters come from
+
+
+SB3_ADAM = "agent.opt_epsilon=1e-5"  # SB3's Adam epsilon for on-policy agents (rlexp's default: Keras' 1e-7)
+# TRPO's continuous fallback (conf/fallbacks/trpo_continuous_vector.yaml), every value given here so the case does not
+# move with the preset: 2 envs x 1024 steps, critic minibatches of 128, 64-64 tanh towers with orthogonal init, log std 0
+TRPO_ZOO = ["agent=trpo", "model=mlp", "env.n_envs=2", "agent.n_steps=1024", "agent.mini_batches=16", "agent.gamma=0.99",
+            "agent.lam=0.95", "agent.lr=1e-3", "agent.cg_damping=0.1", "agent.critic_iterations=20",
+            "agent.fvp_n_steps=1", "agent.entropy_coef=0.0", "agent.normalize_obs=true", "agent.normalize_reward=true",
+            "agent.log_std_init=0.0", SB3_ADAM]
+TRPO_MUJOCO = [*TRPO_ZOO, "agent.cg_iterations=25"]  # RL Zoo's MuJoCo rows: cg_max_steps 25 (max_kl: per case)
+LSTM = ["agent=ppo", "model=lstm", SB3_ADAM]  # the tuned preset supplies the rest
+CASES = {
+    "trpo-hopper-1m": Case([*TRPO_MUJOCO, "agent.max_kl=0.01", "env=hopper"], "trpo-hopper", 1_000_000,
+                           "RL Zoo's trpo.yml Hopper-v4 row (its MuJoCo defaults) on SB3's TRPO defaults; rlexp: the "
+                           "same values on the command line"),
+    "trpo-halfcheetah-1m": Case([*TRPO_MUJOCO, "agent.max_kl=0.04", "env=halfcheetah"], "trpo-halfcheetah", 1_000_000,
+                                "RL Zoo's trpo.yml HalfCheetah-v4 row (MuJoCo defaults, target_kl 0.04) on SB3's TRPO "
+                                "defaults; rlexp: the same values on the command line"),
+    "trpo-lunarlander-continuous-200k": Case([*TRPO_ZOO, "agent.cg_iterations=15", "agent.max_kl=0.01",
+                                                   "env=lunarlander_continuous"],
+                                             "trpo-lunarlander-continuous", 200_000,
+                                             "RL Zoo's trpo.yml LunarLanderContinuous-v3 row on SB3's TRPO defaults "
+                                             "(cg_max_steps 15), RL Zoo's benchmark budget; rlexp: its continuous "
+                                             "fallback, which holds that row, on the command line"),
+    "ppo-lstm-cartpole-novel-20k": Case([*LSTM, "env=cartpole_novel"], "ppo-lstm-cartpole-novel", 20_000,
+                                        "RL Zoo's ppo_lstm.yml CartPoleNoVel-v1 row with observations normalised, "
+                                        "rewards not (RL Zoo's current row normalises both); rlexp: "
+                                        "conf/tuned/ppo_cartpole_novel.yaml with model=lstm"),
+    "ppo-lstm-cartpole-novel-50k": Case([*LSTM, "env=cartpole_novel"], "ppo-lstm-cartpole-novel", 50_000,
+                                        "as ppo-lstm-cartpole-novel-20k; the schedules decay over 50k steps"),
+    "ppo-lstm-pendulum-novel-100k": Case([*LSTM, "env=pendulum_novel"], "ppo-lstm-pendulum-novel", 100_000,
+                                         "RL Zoo's ppo_lstm.yml PendulumNoVel-v1 row (gSDE, observations and rewards "
+                                         "normalised) on RecurrentPPO's defaults (batch 128); rlexp: "
+                                         "conf/tuned/ppo_pendulum_novel.yaml with model=lstm"),
+}
+FAMILIES = {"trpo": "TRPO (rlexp's TRPO, sb3-contrib's TRPO)",
+            "ppo-lstm": "Recurrent PPO (rlexp's PPO with model=lstm, sb3-contrib's RecurrentPPO)"}
+# What differs between the implementations with the same settings, read from both sides' code
+DIFFERENCES = {
+    "trpo": [
+        "line search: rlexp halves the step each try (SB3: x0.8), both 10 tries, both from the step whose quadratic "
+        "KL estimate equals the bound",
+        "line-search KL: rlexp checks KL(old || new) <= bound, SB3 KL(new || old) < bound (the same Fisher matrix)",
+        "conjugate gradient starts from zeros in rlexp, from 1e-4 Gaussian noise in SB3",
+        "critic loss: half the MSE in rlexp, the MSE in SB3 (Adam makes the scale nearly moot)",
+        "advantage normalisation: population std in rlexp, sample std (n-1) in SB3, both over the whole rollout",
+        "sub-sampling: rlexp's fvp_n_steps thins only the Fisher-vector products; SB3's sub_sampling_factor thins the "
+        "whole policy step (1 in these cases: none)",
+        "the surrogate carries an entropy bonus in rlexp (coefficient 0 here), none in SB3",
+        "hidden and output layers: Keras' orthogonal initializer (gains sqrt 2, 0.01 policy, 1 value) against "
+        "PyTorch's orthogonal_, biases zero on both sides; rlexp's critic is its own model with its own Adam, SB3's "
+        "optimizer holds the whole policy but only the value net gets gradients",
+        "normalisation: both update the observation statistics on each step's observations before scaling, scale the "
+        "truncated episode's final observation without updating, and scale rewards by the running std of the "
+        "discounted return (reset at episode ends), clipped to +-10",
+    ],
+    "ppo-lstm": [
+        "LSTM initialisation: Keras' LSTMCell (Glorot-uniform input kernel, orthogonal recurrent kernel, zero biases "
+        "with the forget gate's at 1) against PyTorch's nn.LSTM (every weight and bias uniform in +-1/sqrt(64)); "
+        "dense and output layers Glorot-uniform with zero biases in rlexp, PyTorch's nn.Linear default in SB3 "
+        "(ortho_init off: weights and biases uniform in +-1/sqrt(fan-in))",
+        "sequences: rlexp trains on each env's whole rollout (CartPole) or on fixed 128-step slices (Pendulum), the "
+        "state reset inside a sequence where an episode starts; sb3-contrib cuts sequences at episode starts and at "
+        "minibatch edges after a random rotation of the env-major rollout, padding and masking them",
+        "schedules: rlexp sets the learning rate and clip range from the steps before a rollout, SB3 from those after "
+        "it (one rollout later: SB3's last update runs at rate 0)",
+        "advantage normalisation per minibatch: population std in rlexp, sample std of the unpadded rows in SB3",
+        "value loss: value_loss_coef 1.0 x half the MSE in rlexp = SB3's vf_coef 0.5 x the MSE; no value clipping on "
+        "either side; gradients clipped to global norm 0.5 on both",
+        "gSDE (Pendulum): both draw the exploration matrix every 4 steps and at each rollout start, with "
+        "state-independent log std 0 and features gradient-stopped; rlexp adds 1e-6 to the variance as SB3 does",
+        "truncation bootstrap: both add gamma x V(final observation) from the state after the step",
+    ],
+}
+
+
+def rlexp_run(case: str, seed: int, steps: int) -> dict:
+    """One rlexp training run through the CLI; its final evaluation from the run's summary.json."""
+    WORK.mkdir(parents=True, exist_ok=True)
+    command = [sys.executable, "-m", "rlexp", *CASES[case].args, f"seed={seed}", f"run.max_steps={steps}",
+               "run.eval_episodes=20", "run.eval_deterministic=true", "run.target_reward=null", "run.progress=none"]
+    start = time.perf_counter()
+    result = subprocess.run(command, cwd=WORK, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if result.returncode:
+        raise SystemExit(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    run_dir = Path(re.findall(r"\| run dir: (\S+)", result.stdout)[-1])
+    if not run_dir.is_absolute():
+        run_dir = WORK / run_dir
+    summary = json.loads((run_dir / "summary.json").read_text())
+    final = summary["final_eval"]
+    return dict(steps=summary["steps"], seconds=summary["train_seconds"], wall_s=round(wall, 1),
+                eval_mean=final["mean_return"], eval_std=final["std_return"], run_dir=str(run_dir))
+
+
+def sb3_run(python: str, case: str, seed: int, steps: int) -> dict:
+    """One run of the SB3 side in its own virtualenv."""
+    command = [python, str(SB3_CASES), CASES[case].sb3, str(seed), str(steps)]
+    start = time.perf_counter()
+    result = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    if result.returncode:
+        raise SystemExit(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    row = json.loads(result.stdout.strip().splitlines()[-1])
+    return {k: row[k] for k in ("steps", "seconds", "eval_mean", "eval_std", "evals")} | dict(wall_s=round(wall, 1))
+
+
+def sb3_versions(python: str) -> str:
+    code = ("from importlib.metadata import version as v; "
+            "print(f\"SB3 {v('stable-baselines3')}, sb3-contrib {v('sb3-contrib')}, PyTorch {v('torch')}\")")
+    return subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def load() -> list[dict]:
+    return json.loads(ROWS.read_text()) if ROWS.exists() else []
+
+
+def record(rows: list[dict]) -> None:
+    """Merge `rows` into parity.json (replacing the same case, side and seed) and rewrite parity.md."""
+    new = {(r["case"], r["tool"], r["seed"]) for r in rows}
+    merged = [r for r in load() if (r["case"], r["tool"], r["seed"]) not in new] + rows
+    order = list(CASES)
+    merged.sort(key=lambda r: (order.index(r["case"]) if r["case"] in order else len(order), r["case"],
+                               TOOLS.index(r["tool"]), r["seed"]))
+    RESULTS.mkdir(exist_ok=True)
+    ROWS.write_text(json.dumps(merged, indent=1) + "\n")
+    print(write_table("parity", "Learning parity: rlexp against SB3 / sb3-contrib", markdown(merged)))
+
+
+def verdict(rlexp: list[float], sb3: list[float]) -> str:
+    """Where rlexp's mean lies against SB3's seeds (and SB3's mean against rlexp's), given enough seeds a side."""
+    if len(rlexp) < MIN_SEEDS or len(sb3) < MIN_SEEDS:
+        return f"no verdict (fewer than {MIN_SEEDS} seeds a side)"
+
+    def place(mean: float, values: list[float]) -> str:
+        return "inside" if min(values) <= mean <= max(values) else "below" if mean < min(values) else "above"
+
+    return (f"rlexp's mean {place(statistics.mean(rlexp), sb3)} SB3's seeds; "
+            f"SB3's mean {place(statistics.mean(sb3), rlexp)} rlexp's")
+
+
+def markdown(rows: list[dict]) -> str:
+    lines = ["Each case trains both sides on the same env, hyperparameters, network, initialisation choices, "
+             "normalisation and env steps: rlexp through `python -m rlexp <case's args> seed=<s> run.max_steps=<steps> "
+             "run.eval_episodes=20 run.eval_deterministic=true run.target_reward=null` (args in benchmarks/parity.py), "
+             "SB3 / sb3-contrib through benchmarks/sb3_parity_cases.py; each run is scored by 20 episodes of the "
+             "deterministic policy with its final weights (observation statistics frozen, the env's own rewards). "
+             f"Verdict: with {MIN_SEEDS}+ seeds a side, whether rlexp's mean over its seeds lies inside [min, max] of "
+             "SB3's seeds (and the reverse), else below or above.", "",
+             "| case | steps | side | seeds | eval mean per seed | mean | min - max | train s (median) | verdict |",
+             "|---|---:|---|---|---|---:|---|---:|---|"]
+    for case, spec in CASES.items():
+        sides = {tool: [r for r in rows if r["case"] == case and r["tool"] == tool] for tool in TOOLS}
+        if not any(sides.values()):
+            continue
+        means = {tool: [r["eval_mean"] for r in side] for tool, side in sides.items()}
+        for tool, side in sides.items():
+            if not side:
+                lines.append(f"| {case} | {spec.steps:,} | {tool} | none yet | | | | | |")
+                continue
+            values = means[tool]
+            lines.append(f"| {case} | {spec.steps:,} | {tool} | {', '.join(str(r['seed']) for r in side)} | "
+                         + " / ".join(f"{v:.1f}" for v in values)
+                         + f" | {statistics.mean(values):.1f} | {min(values):.1f} - {max(values):.1f} | "
+                         f"{statistics.median(r['seconds'] for r in side):.0f} | "
+                         + (verdict(means["rlexp"], means["sb3"]) if tool == "rlexp" else "") + " |")
+    lines += ["", "## Hyperparameters' origin", ""]
+    lines += [f"- {case}: {spec.origin}; rlexp args `{' '.join(spec.args)}`" for case, spec in CASES.items()]
+    lines += ["", "## Known differences between the implementations", ""]
+    for family, items in DIFFERENCES.items():
+        lines += [f"{FAMILIES[family]}:", *(f"- {item}" for item in items), ""]
+    measured = sorted({(r["date"][:10], r["commit"], r["machine"], r.get("versions", "")) for r in rows})
+    lines += ["## Runs", ""] + [f"- {date}, commit {at}, {where}" + (f", {versions}" if versions else "")
+                                for date, at, where, versions in measured]
+    return "\n".join(lines)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES), metavar="CASE")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
+    parser.add_argument("--sb3-python", help="the SB3 virtualenv's interpreter (without it: rlexp's side only)")
+    parser.add_argument("--steps", type=int, help="env steps a run instead of the case's (a smoke test: not recorded)")
+    parser.add_argument("--no-write", action="store_true", help="print the rows only")
+    parser.add_argument("--rewrite", action="store_true", help="only rewrite parity.md from parity.json")
+    opts = parser.parse_args()
+    if opts.rewrite:
+        return record([])
+    versions = sb3_versions(opts.sb3_python) if opts.sb3_python else ""
+    where = dict(commit=commit(), machine=machine().split(",")[0], command=command_line())
+    for case in opts.cases:
+        steps = opts.steps or CASES[case].steps
+        write = not opts.no_write and steps == CASES[case].steps
+        for seed in opts.seeds:
+            runs = [("rlexp", lambda: rlexp_run(case, seed, steps))]
+            if opts.sb3_python:
+                runs.append(("sb3", lambda: sb3_run(opts.sb3_python, case, seed, steps)))
+            for tool, run in runs:
+                row = dict(case=case, tool=tool, seed=seed) | run() | where | dict(date=now())
+                row |= dict(versions=versions) if tool == "sb3" else {}
+                row["steps_per_s"] = round(row["steps"] / row["seconds"], 1)
+                print(json.dumps({k: v for k, v in row.items() if k != "evals"}), flush=True)
+                if write:  # after each run: a stopped benchmark keeps its rows
+                    record([row])
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,82 @@
+"""Peer side of benchmarks/parity.py: sb3-contrib's TRPO and RecurrentPPO with RL Zoo's values, scored as rlexp
+scores its runs: 20 episodes of the deterministic policy with the final weights, on a fresh env whose observation
+normalisation uses the training statistics, frozen (rewards unnormalised: the env's own returns).
+
+Usage (in a virtualenv with stable-baselines3, sb3-contrib and gymnasium[mujoco]):
+    python sb3_parity_cases.py CASE SEED [STEPS]
+-> one JSON line {case, seed, seconds, steps, steps_per_s, eval_mean, eval_std, evals}
+"""
+from __future__ import annotations
+
+import json
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch.nn as nn
+from sb3_contrib import TRPO
+from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.evaluation import evaluate_policy
+from stable_baselines3.common.vec_env import VecEnv, VecNormalize
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+import sb3_extra_cases  # noqa: E402  (the recurrent cases)
+
+EVAL_EPISODES = 20
+EVAL_SEED_OFFSET = 10_000  # eval envs are seeded apart from the training envs, as rlexp's are
+# SB3's MlpPolicy defaults for TRPO, spelled out: separate 64-64 tanh towers, orthogonal init, log std 0
+TRPO_POLICY = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, ortho_init=True, log_std_init=0.0)
+# RL Zoo's trpo.yml MuJoCo rows (&mujoco-defaults = &pybullet-defaults): normalize, n_envs 2, the values below
+TRPO_MUJOCO = dict(n_steps=1024, batch_size=128, gamma=0.99, gae_lambda=0.95, sub_sampling_factor=1, cg_max_steps=25,
+                   cg_damping=0.1, n_critic_updates=20, learning_rate=1e-3)
+TRPO_CASES = {  # name: (env id, default steps, TRPO kwargs besides SB3's defaults)
+    "trpo-hopper": ("Hopper-v5", 1_000_000, TRPO_MUJOCO),
+    "trpo-halfcheetah": ("HalfCheetah-v5", 1_000_000, TRPO_MUJOCO | dict(target_kl=0.04)),
+    # RL Zoo's LunarLanderContinuous-v3 row: normalize, n_envs 2, n_steps 1024, 20 critic updates
+    "trpo-lunarlander-continuous": ("LunarLanderContinuous-v3", 200_000, dict(n_steps=1024, n_critic_updates=20)),
+}
+RECURRENT_CASES = ("ppo-lstm-cartpole-novel", "ppo-lstm-pendulum-novel")
+
+
+def trpo_case(name: str, seed: int, steps: int | None) -> tuple[TRPO, int]:
+    env_id, default_steps, kwargs = TRPO_CASES[name]
+    gamma = kwargs.get("gamma", 0.99)  # RL Zoo hands the agent's gamma to VecNormalize
+    env = VecNormalize(make_vec_env(env_id, n_envs=2, seed=seed), norm_obs=True, norm_reward=True, gamma=gamma)
+    model = TRPO("MlpPolicy", env, policy_kwargs=TRPO_POLICY, seed=seed, verbose=0, device="cpu", **kwargs)
+    return model, steps or default_steps
+
+
+def eval_env(model: BaseAlgorithm, seed: int) -> VecEnv:
+    """One fresh env like the training ones, observations normalised with the training statistics, frozen."""
+    train_env = model.get_env()
+    wrapper = sb3_extra_cases.MaskVelocity if train_env.env_is_wrapped(sb3_extra_cases.MaskVelocity)[0] else None
+    env = make_vec_env(train_env.get_attr("spec")[0].id, n_envs=1, seed=seed + EVAL_SEED_OFFSET, wrapper_class=wrapper)
+    if isinstance(train_env, VecNormalize):
+        env = VecNormalize(env, training=False, norm_obs=train_env.norm_obs, norm_reward=False)
+        env.obs_rms = train_env.obs_rms.copy()
+    return env
+
+
+def main() -> None:
+    name, seed = sys.argv[1], int(sys.argv[2])
+    steps = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    if name in TRPO_CASES:
+        model, steps = trpo_case(name, seed, steps)
+    elif name in RECURRENT_CASES:
+        model, steps, _ = sb3_extra_cases.case(name, seed, steps)
+    else:
+        raise SystemExit(f"unknown case {name}; choose from {', '.join([*TRPO_CASES, *RECURRENT_CASES])}")
+    start = time.perf_counter()
+    model.learn(steps)
+    seconds = time.perf_counter() - start
+    returns, _ = evaluate_policy(model, eval_env(model, seed), n_eval_episodes=EVAL_EPISODES, deterministic=True,
+                                 return_episode_rewards=True)
+    print(json.dumps(dict(case=name, seed=seed, seconds=round(seconds, 2), steps=int(model.num_timesteps),
+                          steps_per_s=round(model.num_timesteps / seconds, 1), eval_mean=float(np.mean(returns)),
+                          eval_std=float(np.std(returns)), evals=[float(r) for r in returns])))
+
+
+if __name__ == "__main__":
+    main()
