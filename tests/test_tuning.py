@@ -68,20 +68,35 @@ def test_halving_rungs_fall_after_learning_starts_and_before_the_end():
 
 
 def test_ties_at_a_rung_promote_only_the_trial_that_got_there_first():
-    """Four trials reach the rung with the same score (a sparse reward: all -200): Optuna's successive halving
-    promotes all four; here the first goes on and the others, no better than it, stop."""
+    """A trial that ties with the trials ahead of it at a rung is behind them (Optuna's successive halving promotes
+    every tie): a trial at -150 reaches the rung first, then four at -200, then one at -150."""
     study = optuna.create_study(direction="maximize", pruner=make_pruner("halving", 1, 100, max_steps=1000))
     decisions = []
-    for _ in range(4):
+    for value in (-150.0, -200.0, -200.0, -200.0, -200.0, -150.0):
         trial = study.ask()
+        trial.report(value, 100)
+        decisions.append(trial.should_prune())
+    # a trial stops when at least max(1, n // 3) of the n there (itself included) are ahead of it, a tie ahead
+    # when it got there first: the 2nd has 1 ahead (of 2), the 3rd 2 (of 3), the 4th 3, the 5th 4 (of 5: 1 needed);
+    # the 6th only the first -150 (of 6: 2 needed)
+    assert decisions == [False, True, True, True, True, False]
+
+
+def test_a_rung_where_every_trial_scored_the_same_stops_none_and_the_next_rung_compares_them():
+    """A sparse reward: every trial scores -200 at the first rung (none reached the goal yet), which ranks nothing,
+    so all four go on; at the next rung one scores -150, and a later -200 there is behind it."""
+    study = optuna.create_study(direction="maximize", pruner=make_pruner("halving", 1, 100, max_steps=1000))
+    trials = [study.ask() for _ in range(4)]
+    decisions = []
+    for trial in trials:
         trial.report(-200.0, 100)
         decisions.append(trial.should_prune())
-    assert decisions == [False, True, True, True]
-    better = study.ask()  # a trial strictly ahead of all of them goes on
-    better.report(-150.0, 100)
-    assert not better.should_prune()
-    better.report(-400.0, 200)  # and is not judged at that rung again at its next report
-    assert not better.should_prune()
+    assert decisions == [False, False, False, False]
+    trials[0].report(-200.0, 300)
+    trials[1].report(-150.0, 300)
+    trials[2].report(-200.0, 300)
+    assert [t.should_prune() for t in trials[:2]] == [False, False]
+    assert trials[2].should_prune()  # behind -150 and tied with the earlier -200: 2 ahead of 3
 
 
 def test_the_median_pruner_waits_for_a_third_of_the_steps_after_learning_starts():

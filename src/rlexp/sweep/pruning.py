@@ -44,8 +44,10 @@ class Halving(optuna.pruners.BasePruner):
     """Asynchronous successive halving (Optuna's SuccessiveHalvingPruner, reduction factor 3) at given rung steps.
     At each rung a trial goes on only if it is among the best 1/reduction_factor (at least one) of the trials
     that have reached that rung, itself included; a tie goes to the trial that got there first, so equal scores
-    don't promote every trial. While fewer than `min_trials` trials have reached a rung, it goes on. A trial's
-    rung scores are kept in its user attributes `rung_<step>` (trials.csv shows them)."""
+    don't promote every trial. A rung where every trial scored the same ranks nothing (a sparse reward:
+    MountainCar's -200 until a trial first reaches the goal), so the trial goes on to where they may differ.
+    While fewer than `min_trials` trials have reached a rung, it goes on. A trial's rung scores are kept in its
+    user attributes `rung_<step>` (trials.csv shows them)."""
 
     def __init__(self, rungs: list[int], reduction_factor: int = 3, min_trials: int = 1) -> None:
         self.rungs, self.reduction_factor, self.min_trials = list(rungs), reduction_factor, max(1, min_trials)
@@ -72,6 +74,8 @@ class Halving(optuna.pruners.BasePruner):
                       for t in study.get_trials(deepcopy=False) if t.number != trial.number and key in t.user_attrs]
             if len(others) + 1 < self.min_trials:
                 continue
+            if others and all(other == value for other, _ in others):
+                continue  # the rung ranks nothing: longer trials may tell them apart
             ahead = sum(1 for other, at in others
                         if (other > value if maximize else other < value) or (other == value and at <= arrived))
             if ahead >= max(1, (len(others) + 1) // self.reduction_factor):
