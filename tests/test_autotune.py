@@ -18,7 +18,7 @@ from rlexp.sweep import make_pruner, search_space
 # at most 3 trials in 6,144 env steps, halving at 2 lengths L and 3L: trial 0 trains 3L, each other trial L and a
 # third of them 2L more (5L/3), and the 2 trials running at once (2 job slots, 1 seed) each hold 3L - 5L/3 more
 # while they run: 6,144 = 3L + 2 x 5L/3 + 2 x 4L/3 = 9L gives L = 682 and trials of 2,046
-BUDGET = ["run.max_steps=6144", "autotune.trials=3", "autotune.seeds=1", "autotune.rungs=2",
+BUDGET = ["run.max_steps=6144", "autotune.budget=1", "autotune.trials=3", "autotune.seeds=1", "autotune.rungs=2",
           "autotune.eval_episodes=2"]
 TUNED = "tuned/ppo_CartPole-v1.yaml"
 
@@ -140,7 +140,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
         "budget": (["autotune.budget=0"], "autotune.budget=0 must be a number > 0"),
         "trials": (["autotune.trials=2.5"], "autotune.trials=2.5 must be an integer"),
         # 4 trials x 2 seeds at 3 lengths: 2 x (9 + 3 x 7/3) = 32 first-rung lengths in 20 steps
-        "too small": (["run.max_steps=20", "autotune.trials=4"], "autotune.rungs=3 leaves trials no env steps; "
+        "too small": (["run.max_steps=20", "autotune.budget=1", "autotune.trials=4"], "autotune.rungs=3 leaves trials no env steps; "
                       "raise autotune.budget or run.max_steps"),
         "eval actions": (["autotune.eval_deterministic=maybe"], "autotune.eval_deterministic='maybe' must be auto, "
                          "true or false"),
@@ -153,11 +153,11 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
         # TD3 Pendulum: 20,000 steps for 10 trials x 2 seeds at 3 lengths, 2 x (9 + 9 x 7/3) = 60 first-rung
         # lengths of 333 steps: trials of up to 2,997, all random warm-up (10,000 random steps)
         # 20,000 / 2 seeds = 10,000 per seed, all of it the 10 trials' warm-ups of 10,000 random steps each
-        "warm-up": (["agent=td3", "env=pendulum"], "autotune.budget=1: 1 x run.max_steps=20,000 over autotune.trials=10 "
+        "warm-up": (["agent=td3", "env=pendulum", "autotune.budget=1"], "autotune.budget=1: 1 x run.max_steps=20,000 over autotune.trials=10 "
                     "x autotune.seeds=2 with autotune.rungs=3 leaves trials no env steps past each trial's "
                     "buffer.initial_size=10,000 random steps"),
         # +sweep=td3 sets run.max_steps=5e4 (a plain sweep's trial length): the budget stays the pair's 20,000
-        "sweep budget": (["agent=td3", "env=pendulum", "+sweep=td3"], "1 x run.max_steps=20,000 over autotune.trials"),
+        "sweep budget": (["agent=td3", "env=pendulum", "+sweep=td3", "autotune.budget=1"], "1 x run.max_steps=20,000 over autotune.trials"),
     }
     (tmp_path / "config dir/conf").mkdir(parents=True)
     (tmp_path / "config dir/conf/tuned").write_text("")  # where the tuned presets would go
@@ -214,9 +214,9 @@ def test_successive_halving_prunes_a_trial_behind_at_a_rung_once_warmup_trials_r
 
 
 @pytest.mark.parametrize("settings,max_steps,lengths", [
-    # the defaults on A2C LunarLander's 200,000: 2 seeds x (9 + 9 x 7/3 + 1 x (9 - 7/3)) = 73.3 first-rung lengths
+    # budget 1 on A2C LunarLander's 200,000: 2 seeds x (9 + 9 x 7/3 + 1 x (9 - 7/3)) = 73.3 first-rung lengths
     # of 2,727 (one trial running at a time: 1 job slot here, 2 seeds)
-    ({}, 200_000, (2_727, 24_543)),
+    ({"budget": 1}, 200_000, (2_727, 24_543)),
     # without halving (1 rung): the budget split evenly, 100,000 / (5 trials x 1 seed)
     ({"rungs": 1, "trials": 5, "seeds": 1}, 50_000, (10_000, 10_000)),
     # 4 rungs, 2 trials, budget 2: 27 + 1 x (1 + 3 x 2/3) + 1 x (27 - 3) = 54 lengths of 2 x 90,000 / 54 = 3,333
@@ -233,7 +233,8 @@ def test_the_budget_sets_the_first_rung_so_that_the_expected_study_fits(settings
     defaults = OmegaConf.load(Path(__file__).parents[1] / "conf" / "config.yaml").autotune
     budget = check_budget(OmegaConf.create({"autotune": {**defaults, **settings}}), max_steps)
     assert (budget.eval_interval, budget.trial_steps) == lengths
-    assert budget.env_steps == int(settings.get("budget", 1) * max_steps) and budget.eval_deterministic is False
+    assert budget.env_steps == int(settings.get("budget", defaults.budget) * max_steps)
+    assert budget.eval_deterministic is False
 
 
 @pytest.mark.parametrize("space,agent,env", [("a2c", "a2c", "pendulum"), ("trpo", "trpo", "pendulum"),

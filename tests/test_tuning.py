@@ -210,6 +210,20 @@ def test_the_baseline_keeps_the_pairs_group_choices(monkeypatch):
         "agent.lr": 7e-4, "agent.n_steps": 5, "model": "auto"}
 
 
+def test_the_baseline_covers_the_keys_a_search_space_takes_from_the_space_it_builds_on(monkeypatch):
+    """sweep/a2c_continuous.yaml is `defaults: [a2c, _self_]` and gSDE: trial 0 trains the pair's untuned values of
+    all of them, not only of the three it adds."""
+    import rlexp.commands.autotune as autotune
+
+    shipped = Path(__file__).parents[1] / "conf" / "sweep"
+    monkeypatch.setattr(autotune, "hydra_preset", lambda group, name: (shipped / f"{name}.yaml", False))
+    a2c = {"agent.lr", "agent.n_steps", "agent.gamma", "agent.lam", "agent.entropy_coef", "agent.grad_norm",
+           "agent.normalize_obs", "agent.normalize_reward", "env.n_envs", "model"}
+    assert autotune.searched_keys("a2c", autotune.Overrides([], [], [], [], None)) == a2c
+    assert autotune.searched_keys("a2c_continuous", autotune.Overrides([], [], [], [], None)) == a2c | {
+        "agent.use_sde", "agent.sde_sample_freq", "agent.log_std_init"}
+
+
 # ----- autotune's budget and its preset ----------------------------------------------------------------------
 def test_autotune_rungs_start_after_the_warm_up_and_leave_room_for_the_trials_running_beside_the_last():
     """TD3 with 10,000 random steps, 200,000 env steps over 10 trials x 2 seeds, 2 job slots (one trial at a time):

@@ -23,7 +23,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlexp.checks import _number, _one_of
 from rlexp.errors import UserError
-from rlexp.fallback import hydra_preset, preset_exists
+from rlexp.fallback import hydra_preset, parent_preset, preset_exists
 from rlexp.files import check_writable, write_atomic
 from rlexp.rundirs import GENERIC_ENV, absolute, choices, env_display_name, in_sweep, original_cwd
 from rlexp.sweep.report import FOR_AUTOTUNE
@@ -202,10 +202,22 @@ def check_pair(cfg: DictConfig) -> DictConfig:
 
 def searched_keys(space: str, overrides: Overrides) -> set[str]:
     """The keys the study searches: the search space preset's hydra.sweeper.params and the command line's sweeps."""
+    return space_keys(space) | {o.split("=", 1)[0].lstrip("+") for o in overrides.study if "(" in o or "," in o}
+
+
+def space_keys(space: str) -> set[str]:
+    """The keys of a search space preset's hydra.sweeper.params, with those of the sweep presets it builds on
+    (`defaults: [a2c, _self_]` in sweep/a2c_continuous.yaml)."""
     path, _ = hydra_preset("sweep", space)
-    preset = OmegaConf.load(path) if path is not None else OmegaConf.create()
-    keys = set(OmegaConf.select(preset, "hydra.sweeper.params", default=None) or {})
-    return keys | {o.split("=", 1)[0].lstrip("+") for o in overrides.study if "(" in o or "," in o}
+    if path is None:
+        return set()
+    preset = OmegaConf.load(path)
+    keys: set[str] = set()
+    for entry in preset.get("defaults") or []:
+        parent = parent_preset("sweep", entry)
+        if parent is not None and parent[0] == "sweep":
+            keys |= space_keys(parent[1])
+    return keys | set(OmegaConf.select(preset, "hydra.sweeper.params", default=None) or {})
 
 
 def job_slots(overrides: Overrides) -> int:
