@@ -121,7 +121,8 @@ def markdown(rows: list[dict]) -> str:
         lines.append(f"| {r['pair']} | {r.get('multiple', 1.0):g}x | `{r['command']}` | {r['wall_s']:,.0f} | "
                      f"{r['study_steps']:,} ({r['study_steps'] / r['budget']:.2f}x) | {trials} | {r['best_trial']} | "
                      f"{', '.join(map(str, r['seeds']))} | {scores(r['tuned'])} | {scores(r['fallback'])} | "
-                     f"{r['zoo']:.1f} | {'yes' if beats(r) else 'no'} | {r.get('date', '')} {r.get('commit', '')} |")
+                     f"{r['zoo']:.1f} | {'yes' if beats(r) else 'no'} | {r.get('date', '')} {r.get('commit', '')}"
+                     f"{fallback_note(r)} |")
     verdicts = []
     for pair in dict.fromkeys(r["pair"] for r in rows):
         tried = [r for r in rows if r["pair"] == pair]
@@ -130,6 +131,12 @@ def markdown(rows: list[dict]) -> str:
         verdicts.append(f"- {pair}: " + (f"beats the fallback at {won['multiple']:g}x" if won else
                                          f"does not beat the fallback up to {largest:g}x"))
     return "\n".join(lines + ["", *verdicts])
+
+
+def fallback_note(row: dict) -> str:
+    """Where the fallback column was trained at another commit (`--reuse-fallback`)."""
+    trained = row.get("fallback_commit", row.get("commit"))
+    return f" (fallback: {trained})" if trained != row.get("commit") else ""
 
 
 def load_rows() -> list[dict]:
@@ -152,15 +159,21 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--budgets", nargs="+", type=float, default=[1.0],
                         help="tried from the smallest up, stopping at the first that beats the fallback")
+    parser.add_argument("--reuse-fallback", action="store_true",
+                        help="take the pair's fallback scores from its recorded rows (trained with the same seeds) "
+                             "instead of training the fallback again: for runs where only tuning code changed")
     args = parser.parse_args()
     unknown = sorted(set(args.pairs) - set(PAIRS))
     if unknown:
         parser.error(f"unknown pair {unknown[0]}; use {', '.join(PAIRS)}")
     started, rows = now(), load_rows()
     for name in args.pairs or PAIRS:
-        fallback = fallback_evals(PAIRS[name][0], args.seeds, WORK / name)
+        recorded = [r for r in rows if r["pair"] == name and r["seeds"] == args.seeds]
+        reused = recorded[-1] if args.reuse_fallback and recorded else None
+        fallback = reused["fallback"] if reused else fallback_evals(PAIRS[name][0], args.seeds, WORK / name)
         for multiple in sorted(args.budgets):
             row = measure(name, args.seeds, multiple, fallback)
+            row["fallback_commit"] = reused.get("fallback_commit", reused["commit"]) if reused else row["commit"]
             print(json.dumps(row), flush=True)
             rows = save_row(rows, row)
             if beats(row):
