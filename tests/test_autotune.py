@@ -1,6 +1,7 @@
 """mode=autotune through the CLI: a budgeted study whose best trial becomes the pair's tuned preset in the config
 dir (with an env preset for env=generic), then training with it; bad input as one line; the first log line of a
 run names its preset; successive halving and the shipped search spaces."""
+import json
 import os
 import re
 import shlex
@@ -73,10 +74,13 @@ def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_wit
     assert preset["run"] == {"max_steps": 6144, "target_reward": None}  # the pair's budget, not a trial's
 
     trials = optuna.load_study(study_name=study.name, storage=f"sqlite:///{study}/optuna.db").get_trials()
-    for trial in trials:  # evaluated at the first rung's length, with actions drawn from the policy
+    for trial in trials:  # evaluated at the first rung's length, with actions drawn from the policy; scored by
+        # a final evaluation as the pair's training scores (CartPole: the deterministic policy)
         run = saved(study / f"trial_{trial.number}")["run"]
         assert (run["max_steps"], run["eval_interval"], run["eval_episodes"]) == (2046, 682, 2)
-        assert run["eval_deterministic"] is False
+        assert run["eval_deterministic"] is False and run["final_eval_deterministic"] is True
+    summary = json.loads((study / "trial_0" / "summary.json").read_text())
+    assert summary["final_eval"]["deterministic"] is True and summary["final_eval"]["episodes"] == 2
     # trial 0 ends on whole rollouts of 8 envs x 64 steps: 4 of them, 2,048 steps; the others train at least to their
     # first evaluation (1,024); three trials held at 2,046 each fit in the 6,144
     assert [t.user_attrs["env_steps"] for t in trials][0] == 2048 and len(trials) == 3

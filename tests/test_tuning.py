@@ -224,6 +224,24 @@ def test_the_baseline_covers_the_keys_a_search_space_takes_from_the_space_it_bui
         "agent.use_sde", "agent.sde_sample_freq", "agent.log_std_init"}
 
 
+def test_a_final_evaluation_that_draws_actions_otherwise_than_the_last_periodic_one_runs_again(monkeypatch):
+    """Sampled evaluations during training (run.eval_deterministic=false), a deterministic final one: the periodic
+    evaluation at the final step can't stand in for it."""
+    from types import SimpleNamespace
+
+    import rlexp.commands.train as train
+
+    calls = []
+    monkeypatch.setattr(train, "evaluate", lambda agent, cfg, deterministic=None: calls.append(deterministic) or [1.0])
+    agent = SimpleNamespace(steps=100, episodes=4)
+    evaluator = SimpleNamespace(last_returns=[7.0, 9.0], rows=[{"step": 100}])
+    cfg = OmegaConf.create({"run": {"eval_episodes": 2, "eval_deterministic": False, "final_eval_deterministic": True},
+                            "env": {"id": "CartPole-v1"}})
+    assert train.final_evaluation(agent, cfg, evaluator) == ([1.0], True) and calls == [True]
+    cfg.run.final_eval_deterministic = None  # as the periodic ones: the last one is the final evaluation
+    assert train.final_evaluation(agent, cfg, evaluator) == ([7.0, 9.0], False) and calls == [True]
+
+
 # ----- autotune's budget and its preset ----------------------------------------------------------------------
 def test_autotune_rungs_start_after_the_warm_up_and_leave_room_for_the_trials_running_beside_the_last():
     """TD3 with 10,000 random steps, 200,000 env steps over 10 trials x 2 seeds, 2 job slots (one trial at a time):

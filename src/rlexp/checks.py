@@ -132,6 +132,9 @@ def check_settings(cfg: DictConfig) -> None:
         raise UserError(f"run.mixed_precision={run.mixed_precision!r} must be auto, false, true, float16 or bfloat16")
     if not _one_of(run.get("eval_deterministic", "auto"), ("auto", True, False)):
         raise UserError(f"run.eval_deterministic={run.eval_deterministic!r} must be auto, true or false")
+    if not _one_of(run.get("final_eval_deterministic"), (None, "auto", True, False)):
+        raise UserError(f"run.final_eval_deterministic={run.final_eval_deterministic!r} must be null (as "
+                        "run.eval_deterministic), auto, true or false")
     for key in ("tf_threads", "tf_inter_threads"):
         _threads(f"run.{key}", run.get(key, "auto"))
     play = cfg.play

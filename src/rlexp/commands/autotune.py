@@ -52,6 +52,7 @@ class Budget:
     eval_episodes: int
     eval_deterministic: bool | str = False
     learning_start: int = 0    # buffer.initial_size: random steps before an off-policy trial learns
+    final_deterministic: bool | str = "auto"  # a trial's final evaluation (its score): as the pair's training's
 
     @property
     def rung_steps(self) -> list[int]:
@@ -257,8 +258,9 @@ def check_budget(cfg: DictConfig, max_steps: int, learning_start: int = 0, slots
                         f"{trials} x autotune.seeds={seeds} with autotune.rungs={rungs} leaves trials no env steps"
                         f"{warmup}; raise autotune.budget or run.max_steps, or lower autotune.trials, autotune.seeds "
                         "or autotune.rungs" + (", or set a smaller buffer.initial_size" if learning_start else ""))
+    final = OmegaConf.select(cfg, "run.eval_deterministic", default="auto")
     return Budget(budget, max_steps, trials, seeds, rungs, learning_start + first_rung * 3 ** (rungs - 1), first_rung,
-                  episodes, deterministic, learning_start)
+                  episodes, deterministic, learning_start, "auto" if final is None else final)
 
 
 def check_space(agent: str, space: str | None, cfg: DictConfig | None = None) -> str:
@@ -372,6 +374,7 @@ def study_command(config_dir: str, agent: str, space: str, overrides: Overrides,
             f"run.max_steps={budget.trial_steps}", f"run.eval_interval={budget.eval_interval}",
             f"run.eval_episodes={budget.eval_episodes}",
             f"run.eval_deterministic={str(budget.eval_deterministic).lower()}",
+            f"run.final_eval_deterministic={str(budget.final_deterministic).lower()}",
             f"hydra.sweeper.n_trials={budget.trials}",
             f"hydra.sweeper.seeds_per_trial={budget.seeds}", f"hydra.sweeper.study_name={study}",
             f"hydra.sweep.dir='{sweep_dir}'"]

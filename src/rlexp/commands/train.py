@@ -191,7 +191,7 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
     # the whole run's totals: a resumed run's steps and training seconds count every session
     log.info(f"{'already finished' if finished else 'done'} ({summary['reason']}): {summary['steps']:,} steps in "
              f"{summary['seconds']:.1f} s ({summary['steps_per_s']:,.0f} steps/s) | "
-             + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} {eval_kind(cfg)}episodes"
+             + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} {eval_kind(cfg, final=True)}episodes"
                 if returns else "no eval")
              + f" | run dir: {run_dir}")
     log.info(f"next: python -m rlexp mode=play +checkpoint={run_dir} +video_dir=videos | "
@@ -220,7 +220,7 @@ def write_summary(run_dir: Path, summary: dict[str, Any], returns: list[float], 
 
     mean, std = mean_std(returns)
     final = dict(step=summary["steps"], mean_return=mean, std_return=std, episodes=len(returns),
-                 deterministic=deterministic_eval(cfg)) if returns else None
+                 deterministic=deterministic_final_eval(cfg)) if returns else None
     data = dict(reason=summary["reason"], steps=summary["steps"], episodes=summary["episodes"],
                 train_seconds=round(summary["seconds"], 3), final_eval=final)
     write_atomic(run_dir / SUMMARY, lambda f: f.write(json.dumps(data, indent=1).encode()))
@@ -269,8 +269,8 @@ def eval_envs(cfg: DictConfig):
     return env_from_config(cfg.env, cfg.seed, n_envs=min(int(cfg.run.eval_episodes), 32), vectorization="sync")
 
 
-def eval_kind(cfg: DictConfig) -> str:
-    return "" if deterministic_eval(cfg) else "stochastic "
+def eval_kind(cfg: DictConfig, final: bool = False) -> str:
+    return "" if (deterministic_final_eval(cfg) if final else deterministic_eval(cfg)) else "stochastic "
 
 
 def deterministic_eval(cfg: DictConfig) -> bool:
@@ -278,20 +278,30 @@ def deterministic_eval(cfg: DictConfig) -> bool:
     return bool(cfg.run.eval_deterministic)
 
 
+def deterministic_final_eval(cfg: DictConfig) -> bool:
+    """The final evaluation's actions: run.final_eval_deterministic as `build_agent` resolved it (a run config
+    without the key: as run.eval_deterministic)."""
+    final = cfg.run.get("final_eval_deterministic")
+    return deterministic_eval(cfg) if final is None else bool(final)
+
+
 LONG_EVALUATION = 10_000  # env steps (episodes x the training episodes' mean length) from which it is announced
 
 
 def final_evaluation(agent: Any, cfg: DictConfig, evaluator: Any = None) -> tuple[list[float], bool]:
     """The final evaluation's returns, and whether it ran now: an evaluation during training at the final step
-    evaluated the same weights on the same episodes, so its returns are taken instead. A long one (from
-    `LONG_EVALUATION` env steps, estimated from the training episodes) is announced first."""
-    if evaluator is not None and evaluator.last_returns is not None and evaluator.rows[-1]["step"] == agent.steps:
+    evaluated the same weights on the same episodes, so its returns are taken instead where it drew actions as
+    the final one does (`run.final_eval_deterministic`). A long one (from `LONG_EVALUATION` env steps, estimated
+    from the training episodes) is announced first."""
+    final_mode = deterministic_final_eval(cfg)
+    if (evaluator is not None and evaluator.last_returns is not None and evaluator.rows[-1]["step"] == agent.steps
+            and final_mode == deterministic_eval(cfg)):
         return list(evaluator.last_returns), False
     episodes = int(cfg.run.eval_episodes)
     length = agent.steps / agent.episodes if agent.episodes else episode_limit(cfg)
     if episodes > 0 and episodes * length >= LONG_EVALUATION:
-        log.info(f"final evaluation: {episodes} {eval_kind(cfg)}episodes of ~{length:,.0f} steps ...")
-    return evaluate(agent, cfg), True
+        log.info(f"final evaluation: {episodes} {eval_kind(cfg, final=True)}episodes of ~{length:,.0f} steps ...")
+    return evaluate(agent, cfg, final_mode), True
 
 
 def episode_limit(cfg: DictConfig) -> int:
@@ -307,12 +317,15 @@ def episode_limit(cfg: DictConfig) -> int:
     return int(limit or 0)
 
 
-def evaluate(agent, cfg: DictConfig) -> list[float]:
+def evaluate(agent, cfg: DictConfig, deterministic: bool | None = None) -> list[float]:
+    """run.eval_episodes episodes on fresh eval envs, with run.eval_deterministic's actions unless
+    `deterministic` says otherwise."""
     episodes = int(cfg.run.eval_episodes)
     if episodes <= 0:
         return []
     envs = eval_envs(cfg)
     try:
-        return agent.evaluate(envs, episodes, deterministic=deterministic_eval(cfg))
+        return agent.evaluate(envs, episodes,
+                              deterministic=deterministic_eval(cfg) if deterministic is None else deterministic)
     finally:
         envs.close()
