@@ -145,7 +145,6 @@ def patch_train(m):
 def patch_base(m):
     patch(m.Agent, "fit", "training proper")
     patch(m.Agent, "save", "saving: checkpoints")
-    patch(m, "plot_history", "saving: history.png")
 
 
 def patch_envs(m):
@@ -171,6 +170,7 @@ PATCHES = {
     "hydra._internal.hydra": patch_hydra,
     "rlexp.commands.train": patch_train,
     "rlexp.agents.base": patch_base,
+    "rlexp.agents.base.loop": lambda m: patch(m, "plot_history", "saving: history.png"),
     "rlexp.envs": patch_envs,
     "rlexp.history": lambda m: patch(m.History, "flush", "saving: history.parquet"),
     "rlexp.tracking": lambda m: [patch(m.TensorBoard, name, "saving: TensorBoard")

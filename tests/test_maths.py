@@ -3,7 +3,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rlexp.agents import on_policy
+from rlexp.agents.on_policy import gae
 from rlexp.agents.on_policy import compute_gae
 from rlexp.agents.dqn import DQN, huber, q_targets
 from rlexp.buffers import ReplayBuffer
@@ -28,7 +28,7 @@ def gae_by_forward_sums(rewards, values, dones, last_values, gamma, lam):
 
 @pytest.mark.parametrize("unroll", [64, 0], ids=["unrolled", "scan"])
 def test_gae_matches_reference_with_episode_ends(monkeypatch, unroll):
-    monkeypatch.setattr(on_policy, "GAE_UNROLL_STEPS", unroll)
+    monkeypatch.setattr(gae, "GAE_UNROLL_STEPS", unroll)
     rng = np.random.default_rng(0)
     T, N = 7, 3
     rewards, values = rng.normal(size=(T, N)).astype(np.float32), rng.normal(size=(T, N)).astype(np.float32)
@@ -93,7 +93,7 @@ def test_gae_unrolled_equals_scan_bit_for_bit(monkeypatch):
             (rng.random((T, N)) < 0.1).astype(np.float32), rng.normal(size=N).astype(np.float32), 0.98, 0.8]
     results = []
     for unroll in (64, 0):
-        monkeypatch.setattr(on_policy, "GAE_UNROLL_STEPS", unroll)
+        monkeypatch.setattr(gae, "GAE_UNROLL_STEPS", unroll)
         results.append([x.numpy() for x in tf.function(compute_gae)(*args)])
     for unrolled, scanned in zip(*results):
         np.testing.assert_array_equal(unrolled, scanned)
