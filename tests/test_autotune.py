@@ -222,7 +222,7 @@ def test_successive_halving_prunes_a_trial_behind_at_a_rung_once_warmup_trials_r
     # of 2,727 (one trial running at a time: 1 job slot here, 2 seeds)
     ({"budget": 1}, 200_000, (2_727, 24_543)),
     # without halving (1 rung): the budget split evenly, 100,000 / (5 trials x 1 seed)
-    ({"rungs": 1, "trials": 5, "seeds": 1}, 50_000, (10_000, 10_000)),
+    ({"rungs": 1, "trials": 5, "seeds": 1, "budget": 1}, 50_000, (10_000, 10_000)),
     # 4 rungs, 2 trials, budget 2: 27 + 1 x (1 + 3 x 2/3) + 1 x (27 - 3) = 54 lengths of 2 x 90,000 / 54 = 3,333
     ({"rungs": 4, "trials": 2, "seeds": 1, "budget": 2}, 90_000, (3_333, 89_991)),
     # budget 10: 2,000,000 / 73.3 = 27,272 would make the longest trial 245,448 steps, past the training's
