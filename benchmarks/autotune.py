@@ -77,8 +77,7 @@ def measure(name: str, seeds: list[int], multiple: float, fallback: list[float])
     the tuned preset is the fallback's values: the other seeds' scores are the fallback's."""
     case, zoo = PAIRS[name]
     args = [a for a in CASES[case][0] if a != "run.target_reward=null"]  # null already: the command as a user types it
-    if multiple != 1.0:
-        args.append(f"autotune.budget={multiple:g}")
+    args.append(f"autotune.budget={multiple:g}")  # given at every budget: the default is not one of them
     cwd = WORK / f"{name}-x{multiple:g}"
     shutil.rmtree(cwd / "tuned", ignore_errors=True)
     stdout, wall = rlexp(cwd / "tuned", "mode=autotune", *args, f"seed={seeds[0]}")
