@@ -121,7 +121,7 @@ def markdown(rows: list[dict]) -> str:
                      f"{r['study_steps']:,} ({r['study_steps'] / r['budget']:.2f}x) | {trials} | {r['best_trial']} | "
                      f"{', '.join(map(str, r['seeds']))} | {scores(r['tuned'])} | {scores(r['fallback'])} | "
                      f"{r['zoo']:.1f} | {'yes' if beats(r) else 'no'} | {r.get('date', '')} {r.get('commit', '')}"
-                     f"{fallback_note(r)} |")
+                     f"{fallback_note(r)}{'; ' + r['note'] if r.get('note') else ''} |")
     verdicts = []
     for pair in dict.fromkeys(r["pair"] for r in rows):
         tried = [r for r in rows if r["pair"] == pair]
@@ -161,7 +161,12 @@ def main() -> None:
     parser.add_argument("--reuse-fallback", action="store_true",
                         help="take the pair's fallback scores from its recorded rows (trained with the same seeds) "
                              "instead of training the fallback again: for runs where only tuning code changed")
+    parser.add_argument("--rewrite", action="store_true", help="only write the table again from the recorded rows")
     args = parser.parse_args()
+    if args.rewrite:
+        body = markdown(load_rows())
+        print(write_table("autotune", "mode=autotune: cost and result against the fallback and RL Zoo", body))
+        return
     unknown = sorted(set(args.pairs) - set(PAIRS))
     if unknown:
         parser.error(f"unknown pair {unknown[0]}; use {', '.join(PAIRS)}")
