@@ -122,8 +122,9 @@ def test_resume_falls_back_to_the_kept_previous_checkpoint(tmp_path, caplog):
     (folder / "last.ckpt").write_bytes((folder / "last.ckpt").read_bytes()[:1000])
     with caplog.at_level(logging.WARNING, logger="rlexp"):
         assert resume_checkpoint(tmp_path, "+resume=r") == folder / "previous.ckpt"
-    assert caplog.records[0].getMessage() == (f"warning: {folder}/last.ckpt is damaged (kept as last.ckpt.damaged): "
-                                              f"resuming from {folder}/previous.ckpt (step 32)")
+    ours = [r.getMessage() for r in caplog.records if r.name.startswith("rlexp")]  # not TensorFlow's retrace notes
+    assert ours[0] == (f"warning: {folder}/last.ckpt is damaged (kept as last.ckpt.damaged): "
+                       f"resuming from {folder}/previous.ckpt (step 32)")
     assert sorted(p.name for p in folder.iterdir()) == ["last.ckpt.damaged", "previous.ckpt"]
     (folder / "previous.ckpt").write_bytes(b"")
     (folder / "last.ckpt.damaged").rename(folder / "last.ckpt")

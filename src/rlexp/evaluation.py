@@ -1,5 +1,6 @@
-"""Evaluation during training (RL Zoo's --eval-freq): episodes on separate eval envs every
-`interval` env steps, written to evaluations.parquet; the best one is checkpoints/best.ckpt."""
+"""Evaluation episodes: on fresh eval envs with the run's actions (the final evaluation, mode=eval, mode=play's
+scores), and during training (RL Zoo's --eval-freq) every `interval` env steps, written to evaluations.parquet;
+the best one is checkpoints/best.ckpt."""
 from __future__ import annotations
 
 import re
@@ -8,6 +9,8 @@ from pathlib import Path
 from typing import Any, Callable
 
 import numpy as np
+
+from omegaconf import DictConfig
 
 from rlexp.history import write_parquet
 
@@ -82,3 +85,47 @@ class Evaluator:
         if self.envs is not None:
             self.envs.close()
             self.envs = None
+
+
+# ----- evaluation episodes with the run's settings ----------------------------------------------------
+def mean_std(returns: list[float]) -> tuple[float, float]:
+    """The returns' mean and (population) standard deviation; NaN for none."""
+    return (float(np.mean(returns)), float(np.std(returns))) if returns else (float("nan"), float("nan"))
+
+
+def eval_envs(cfg: DictConfig):
+    """Envs for evaluation episodes (the agent resets them with its own evaluation seed, apart from the
+    training envs' seeds)."""
+    from rlexp.envs import env_from_config
+
+    return env_from_config(cfg.env, cfg.seed, n_envs=min(int(cfg.run.eval_episodes), 32), vectorization="sync")
+
+
+def eval_kind(cfg: DictConfig, final: bool = False) -> str:
+    return "" if (deterministic_final_eval(cfg) if final else deterministic_eval(cfg)) else "stochastic "
+
+
+def deterministic_eval(cfg: DictConfig) -> bool:
+    """run.eval_deterministic as `build_agent` resolved and recorded it."""
+    return bool(cfg.run.eval_deterministic)
+
+
+def deterministic_final_eval(cfg: DictConfig) -> bool:
+    """The final evaluation's actions: run.final_eval_deterministic as `build_agent` resolved it (a run config
+    without the key: as run.eval_deterministic)."""
+    final = cfg.run.get("final_eval_deterministic")
+    return deterministic_eval(cfg) if final is None else bool(final)
+
+
+def evaluate(agent, cfg: DictConfig, deterministic: bool | None = None) -> list[float]:
+    """run.eval_episodes episodes on fresh eval envs, with run.eval_deterministic's actions unless
+    `deterministic` says otherwise."""
+    episodes = int(cfg.run.eval_episodes)
+    if episodes <= 0:
+        return []
+    envs = eval_envs(cfg)
+    try:
+        return agent.evaluate(envs, episodes,
+                              deterministic=deterministic_eval(cfg) if deterministic is None else deterministic)
+    finally:
+        envs.close()

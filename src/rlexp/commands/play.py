@@ -9,7 +9,7 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
 from rlexp.checkpoints import DamagedCheckpoint
-from rlexp.commands.train import deterministic_eval, eval_kind, evaluate, mean_std
+from rlexp.evaluation import deterministic_eval, eval_kind, evaluate, mean_std
 from rlexp.errors import UserError
 from rlexp.rundirs import absolute, find_checkpoint, stored_config
 

@@ -12,6 +12,8 @@ from omegaconf import DictConfig, OmegaConf
 from rlexp.build import build_agent, setup_tensorflow, startup_done
 from rlexp.checkpoints import PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
 from rlexp.errors import RunFailed, UserError
+from rlexp.evaluation import (deterministic_eval, deterministic_final_eval, eval_envs, eval_kind, evaluate,
+                              mean_std)
 from rlexp.files import check_writable
 from rlexp.rundirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep, new_run_dir,
                            run_config, run_dir_key, stored_config, task_overrides, write_run_config)
@@ -191,7 +193,8 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
     # the whole run's totals: a resumed run's steps and training seconds count every session
     log.info(f"{'already finished' if finished else 'done'} ({summary['reason']}): {summary['steps']:,} steps in "
              f"{summary['seconds']:.1f} s ({summary['steps_per_s']:,.0f} steps/s) | "
-             + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} {eval_kind(cfg, final=True)}episodes"
+             + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} "
+                f"{eval_kind(cfg, final=True)}episodes"
                 if returns else "no eval")
              + f" | run dir: {run_dir}")
     log.info(f"next: python -m rlexp mode=play +checkpoint={run_dir} +video_dir=videos | "
@@ -255,34 +258,9 @@ def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None, learning_s
     return Trackers(trackers)
 
 
-def mean_std(returns: list[float]) -> tuple[float, float]:
-    import numpy as np
-
-    return (float(np.mean(returns)), float(np.std(returns))) if returns else (float("nan"), float("nan"))
 
 
-def eval_envs(cfg: DictConfig):
-    """Envs for evaluation episodes (the agent resets them with its own evaluation seed, apart from the
-    training envs' seeds)."""
-    from rlexp.envs import env_from_config
 
-    return env_from_config(cfg.env, cfg.seed, n_envs=min(int(cfg.run.eval_episodes), 32), vectorization="sync")
-
-
-def eval_kind(cfg: DictConfig, final: bool = False) -> str:
-    return "" if (deterministic_final_eval(cfg) if final else deterministic_eval(cfg)) else "stochastic "
-
-
-def deterministic_eval(cfg: DictConfig) -> bool:
-    """run.eval_deterministic as `build_agent` resolved and recorded it."""
-    return bool(cfg.run.eval_deterministic)
-
-
-def deterministic_final_eval(cfg: DictConfig) -> bool:
-    """The final evaluation's actions: run.final_eval_deterministic as `build_agent` resolved it (a run config
-    without the key: as run.eval_deterministic)."""
-    final = cfg.run.get("final_eval_deterministic")
-    return deterministic_eval(cfg) if final is None else bool(final)
 
 
 LONG_EVALUATION = 10_000  # env steps (episodes x the training episodes' mean length) from which it is announced
@@ -315,17 +293,3 @@ def episode_limit(cfg: DictConfig) -> int:
         except gym.error.Error:
             limit = 0
     return int(limit or 0)
-
-
-def evaluate(agent, cfg: DictConfig, deterministic: bool | None = None) -> list[float]:
-    """run.eval_episodes episodes on fresh eval envs, with run.eval_deterministic's actions unless
-    `deterministic` says otherwise."""
-    episodes = int(cfg.run.eval_episodes)
-    if episodes <= 0:
-        return []
-    envs = eval_envs(cfg)
-    try:
-        return agent.evaluate(envs, episodes,
-                              deterministic=deterministic_eval(cfg) if deterministic is None else deterministic)
-    finally:
-        envs.close()
