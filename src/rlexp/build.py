@@ -229,9 +229,8 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     with open_dict(cfg):  # the run config records what `auto` chose (a resume elsewhere keeps it)
         cfg.run.mixed_precision = precision
         cfg.run.eval_deterministic = resolve_eval_deterministic(cfg.run.get("eval_deterministic", "auto"), cfg.env.id)
-        final = cfg.run.get("final_eval_deterministic")
-        cfg.run.final_eval_deterministic = (cfg.run.eval_deterministic if final is None
-                                            else resolve_eval_deterministic(final, cfg.env.id))
+        if cfg.run.get("final_eval_deterministic") is not None:  # null: as eval_deterministic
+            cfg.run.final_eval_deterministic = resolve_eval_deterministic(cfg.run.final_eval_deterministic, cfg.env.id)
     agent = instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed, **playing,
                         clip_rewards=bool(cfg.env.clip_rewards), mixed_precision=precision, _convert_="all")
     return agent

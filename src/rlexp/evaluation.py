@@ -111,8 +111,8 @@ def deterministic_eval(cfg: DictConfig) -> bool:
 
 
 def deterministic_final_eval(cfg: DictConfig) -> bool:
-    """The final evaluation's actions: run.final_eval_deterministic as `build_agent` resolved it (a run config
-    without the key: as run.eval_deterministic)."""
+    """The final evaluation's actions: run.final_eval_deterministic as `build_agent` resolved it (null, or a run
+    config without the key: as run.eval_deterministic)."""
     final = cfg.run.get("final_eval_deterministic")
     return deterministic_eval(cfg) if final is None else bool(final)
 

@@ -258,11 +258,6 @@ def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None, learning_s
     return Trackers(trackers)
 
 
-
-
-
-
-
 LONG_EVALUATION = 10_000  # env steps (episodes x the training episodes' mean length) from which it is announced
 
 
