@@ -1,6 +1,6 @@
 """Peer baseline for cases beyond ../shared/bench/sb3_cases.py, with the same output: sb3-contrib's
 RecurrentPPO on CartPole and Pendulum without velocities (RL Zoo's ppo_lstm CartPoleNoVel-v1 and PendulumNoVel-v1
-values; RecurrentPPO runs ~100-300 steps/s on 2 cores).
+values; RecurrentPPO runs ~100-300 steps/s on 2 cores), and SB3's PPO on Pendulum (conf/tuned/ppo_pendulum.yaml).
 
 Usage (in a virtualenv with stable-baselines3 and sb3-contrib): python sb3_extra_cases.py CASE [SEED [STEPS]]
 -> one JSON line {case, seconds, steps, steps_per_s, eval_mean, eval_std}
@@ -13,6 +13,7 @@ import gymnasium as gym
 import numpy as np
 import torch.nn as nn
 from sb3_contrib import RecurrentPPO
+from stable_baselines3 import PPO
 from stable_baselines3.common.evaluation import evaluate_policy  # handles recurrent states
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.utils import LinearSchedule
@@ -37,7 +38,7 @@ def novel_env(env_id: str, n_envs: int, seed: int) -> VecEnv:
     return make_vec_env(env_id, n_envs=n_envs, seed=seed, wrapper_class=MaskVelocity)
 
 
-def case(name: str, seed: int = 0, steps: int | None = None) -> tuple[RecurrentPPO, int, str]:
+def case(name: str, seed: int = 0, steps: int | None = None) -> tuple[RecurrentPPO | PPO, int, str]:
     """(model, env steps, env id) of a case."""
     if name == "ppo-lstm-cartpole-novel":
         env = VecNormalize(novel_env("CartPole-v1", 8, seed), norm_obs=True, norm_reward=False, gamma=0.98)
@@ -53,6 +54,12 @@ def case(name: str, seed: int = 0, steps: int | None = None) -> tuple[RecurrentP
                              max_grad_norm=0.5, use_sde=True, sde_sample_freq=4, policy_kwargs=LSTM_POLICY,
                              seed=seed, verbose=0, device="cpu")
         return model, steps or 100_000, "Pendulum-v1"
+    if name == "ppo-pendulum":  # RL Zoo's values as conf/tuned/ppo_pendulum.yaml: no gSDE, log std from -0.5, 300k
+        env = make_vec_env("Pendulum-v1", n_envs=4, seed=seed)
+        model = PPO("MlpPolicy", env, n_steps=1024, batch_size=64, gae_lambda=0.95, gamma=0.9, n_epochs=10,
+                    ent_coef=0.0, learning_rate=1e-3, clip_range=0.2, vf_coef=0.5, max_grad_norm=0.5,
+                    policy_kwargs=dict(log_std_init=-0.5), seed=seed, verbose=0, device="cpu")
+        return model, steps or 300_000, "Pendulum-v1"
     raise SystemExit(f"unknown case {name}")
 
 

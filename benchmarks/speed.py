@@ -1,8 +1,13 @@
-"""Speed benchmark: rlexp vs Stable-Baselines3 on the same work, alternating A B A B.
+"""Speed benchmark: rlexp vs Stable-Baselines3 (and rejax, a JAX-compiled loop) on the same work, alternating.
 
-Usage: python benchmarks/speed.py --sb3-python /path/to/sb3-venv/bin/python [--reps 3] [CASE ...]
+Usage: python benchmarks/speed.py --sb3-python /path/to/sb3-venv/bin/python [--rejax-python /path/to/rejax-venv/bin/python]
+       [--reps 3] [CASE ...]
 rlexp runs through the normal CLI with RL Zoo's hyperparameters (the tuned presets); SB3 runs
-../shared/bench/sb3_cases.py (sb3-contrib's RecurrentPPO: benchmarks/sb3_extra_cases.py). Prints one JSON line per run and a Markdown table of medians. The runs are merged into
+../shared/bench/sb3_cases.py (sb3-contrib's RecurrentPPO: benchmarks/sb3_extra_cases.py; PPO Pendulum:
+benchmarks/sb3_extra_cases.py); rejax runs benchmarks/rejax_cases.py (its cases: REJAX). rlexp's runs use a fresh
+XLA cache folder each (run.compile_cache), so its first call compiles as a new machine's would. Steady-state
+speed leaves out each tool's first call (rlexp: summary.json's first training call; rejax: its compiled second
+call; SB3 has no compilation). Prints one JSON line per run and a Markdown table of medians. The runs are merged into
 benchmarks/results/speed.json (a case measured again replaces that case's runs; each run keeps its date,
 commit and machine) and benchmarks/results/speed.md is rewritten from it (`--no-write`: print only;
 `--record LOG`: merge the JSON lines of an earlier run's output instead of running).
@@ -31,12 +36,15 @@ CASES = {  # same hyperparameters, networks, env steps and gradient updates as s
     "dqn-cartpole": ["agent=dqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null", "agent.lr=2.3e-3"],
     "td3-pendulum": ["agent=td3", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
     "sac-pendulum": ["agent=sac", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
+    "ppo-pendulum": ["agent=ppo", "env=pendulum", "run.max_steps=3e5", "run.target_reward=null"],
     # sb3-contrib's RecurrentPPO (benchmarks/sb3_extra_cases.py; the SB3 virtualenv needs sb3-contrib)
     "ppo-lstm-cartpole-novel": ["agent=ppo", "env=cartpole_novel", "model=lstm", "run.max_steps=2e4",
                                 "run.target_reward=null"],
 }
 SB3_EXTRA_CASES = ROOT / "benchmarks" / "sb3_extra_cases.py"
-EXTRA = ("ppo-lstm-cartpole-novel",)
+EXTRA = ("ppo-lstm-cartpole-novel", "ppo-pendulum")
+REJAX_CASES = ROOT / "benchmarks" / "rejax_cases.py"
+REJAX = ("ppo-cartpole", "ppo-pendulum", "td3-pendulum")
 SUMMARY = re.compile(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s .*\| eval (-?[\d.]+) ± ([\d.]+)")
 
 
@@ -58,21 +66,38 @@ def timed(command: list[str], cwd: Path | None = None) -> tuple[str, str, float,
 def run_rlexp(case: str, seed: int) -> dict:
     cwd = ROOT / "benchmarks" / "runs"
     cwd.mkdir(exist_ok=True)
-    stdout, stderr, wall, rss = timed([sys.executable, "-m", "rlexp", *CASES[case], f"seed={seed}",
-                                       "run.progress=none"], cwd)
+    with tempfile.TemporaryDirectory() as cache:  # a cold XLA cache: the first call compiles
+        stdout, stderr, wall, rss = timed([sys.executable, "-m", "rlexp", *CASES[case], f"seed={seed}",
+                                           "run.progress=none", f"run.compile_cache={cache}"], cwd)
     m = SUMMARY.search(stdout)
     if not m:
         raise SystemExit(stdout[-2000:] + stderr[-2000:])
     steps, seconds, mean, std = m.groups()
-    return dict(tool="rlexp", case=case, seed=seed, seconds=float(seconds), steps=int(steps.replace(",", "")),
+    summary = json.loads((Path(re.search(r"run dir: (\S+)", stdout).group(1)) / "summary.json").read_text())
+    steps = int(steps.replace(",", ""))
+    return dict(tool="rlexp", case=case, seed=seed, seconds=float(seconds), steps=steps,
+                first_call_s=summary["first_call_seconds"], steady_s=round(steps / summary["steady_steps_per_s"], 2),
                 eval_mean=float(mean), eval_std=float(std), wall_s=round(wall, 2), peak_rss_mb=round(rss))
+
+
+def run_rejax(python: str, case: str, seed: int) -> dict:
+    """rejax's case: training seconds as one training's (its first call: compilation and training), steady-state
+    as its compiled second call; the wall of a process that trains once (imports, setup and the first call)."""
+    stdout, _, wall, rss = timed([python, str(REJAX_CASES), case, str(seed)])
+    row = json.loads(stdout.strip().splitlines()[-1])
+    code = "from importlib.metadata import version as v; print(f\"rejax {v('rejax')}, JAX {v('jax')}\")"
+    versions = subprocess.run([python, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+    return dict(tool="rejax", case=case, seed=seed, seconds=row["first_call_seconds"], steps=row["steps"],
+                first_call_s=row["first_call_seconds"], steady_s=row["seconds"], eval_mean=row["eval_mean"],
+                eval_std=row["eval_std"], wall_s=round(row["import_seconds"] + row["first_call_seconds"], 2),
+                process_wall_s=round(wall, 2), peak_rss_mb=round(rss), versions=versions)
 
 
 def run_sb3(python: str, case: str, seed: int) -> dict:
     stdout, _, wall, rss = timed([python, str(SB3_EXTRA_CASES if case in EXTRA else SB3_CASES), case, str(seed)])
     row = json.loads(stdout.strip().splitlines()[-1])
     return dict(tool="sb3", case=case, seed=seed, seconds=row["seconds"], steps=row["steps"],
-                eval_mean=row["eval_mean"], eval_std=row["eval_std"], wall_s=round(wall, 2), peak_rss_mb=round(rss),
+                steady_s=row["seconds"], eval_mean=row["eval_mean"], eval_std=row["eval_std"], wall_s=round(wall, 2), peak_rss_mb=round(rss),
                 versions=sb3_versions(python))
 
 
@@ -84,26 +109,37 @@ def sb3_versions(python: str) -> str:
 
 
 def table(rows: list[dict], cases: list[str]) -> str:
-    """Markdown table of medians per case and tool, the ratio SB3 time / rlexp time, then per-seed lines
+    """Markdown table of medians per case and tool: training seconds (the first call included), steady-state
+    seconds and steps/s (without it), the ratios SB3 time / rlexp time and rejax / rlexp, then per-seed lines
     (with when, at which commit and on which CPU each case was measured, where the rows say)."""
-    lines = ["| case | tool | train s (median) | steps/s | peak RSS MB | eval mean (median) | wall s (median) "
-             "| SB3 time / rlexp time |", "|---|---|---|---|---|---|---|---|"]
+    lines = ["| case | tool | train s (median) | first call s | steady-state s | steady steps/s | peak RSS MB "
+             "| eval mean (median) | wall s (median) | SB3 / rlexp (train) | rejax / rlexp (steady) |",
+             "|---|---|---|---|---|---|---|---|---|---|---|"]
     per_seed = []
     for case in cases:
-        med = {tool: [r for r in rows if r["case"] == case and r["tool"] == tool] for tool in ("rlexp", "sb3")}
+        med = {tool: [r for r in rows if r["case"] == case and r["tool"] == tool] for tool in ("rlexp", "sb3", "rejax")}
         secs = {tool: statistics.median(r["seconds"] for r in rs) for tool, rs in med.items() if rs}
+        steady = {tool: statistics.median(r["steady_s"] for r in rs) for tool, rs in med.items()
+                  if rs and all("steady_s" in r for r in rs)}
         for tool, rs in med.items():
             if not rs:
                 continue
+            first = (f"{statistics.median(r['first_call_s'] for r in rs):.2f}"
+                     if all("first_call_s" in r for r in rs) else "")
             ratio = f"{secs['sb3'] / secs['rlexp']:.2f}x" if tool == "rlexp" and "sb3" in secs else ""
-            lines.append(f"| {case} | {tool} | {secs[tool]:.1f} | {rs[0]['steps'] / secs[tool]:,.0f} | "
-                         f"{statistics.median(r['peak_rss_mb'] for r in rs):,.0f} | "
+            jax = (f"{steady['rejax'] / steady['rlexp']:.2f}x" if tool == "rlexp" and "rejax" in steady
+                   and "rlexp" in steady else "")
+            lines.append(f"| {case} | {tool} | {secs[tool]:.1f} | {first} | "
+                         + (f"{steady[tool]:.2f} | {rs[0]['steps'] / steady[tool]:,.0f}" if tool in steady else " | ")
+                         + f" | {statistics.median(r['peak_rss_mb'] for r in rs):,.0f} | "
                          f"{statistics.median(r['eval_mean'] for r in rs):.1f} | "
-                         f"{statistics.median(r['wall_s'] for r in rs):.1f} | {ratio} |")
+                         f"{statistics.median(r['wall_s'] for r in rs):.1f} | {ratio} | {jax} |")
             versions = f", {rs[0]['versions']}" if "versions" in rs[0] else ""
             where = (f" ({rs[0]['date']}, commit {rs[0]['commit']}, {rs[0]['machine']}{versions})"
                      if "date" in rs[0] else "")
             per_seed.append(f"- {case}, {tool}{where}: train s " + " / ".join(f"{r['seconds']:g}" for r in rs)
+                            + ("; steady s " + " / ".join(f"{r['steady_s']:g}" for r in rs) if tool in steady else "")
+                            + "; wall s " + " / ".join(f"{r['wall_s']:g}" for r in rs)
                             + "; eval " + " / ".join(f"{r['eval_mean']:g}" for r in rs))
     return "\n".join(lines + [""] + per_seed)
 
@@ -117,11 +153,16 @@ def record(rows: list[dict], reps: int) -> None:
     merged.sort(key=lambda r: list(CASES).index(r["case"]) if r["case"] in CASES else len(CASES))
     RESULTS.mkdir(exist_ok=True)
     store.write_text(json.dumps(merged, indent=1) + "\n")
-    note = ("rlexp runs the CLI with the tuned presets (RL Zoo's values); SB3 runs ../shared/bench/sb3_cases.py "
-            "(ppo-lstm-cartpole-novel: sb3-contrib's RecurrentPPO in benchmarks/sb3_extra_cases.py) "
-            "with the same hyperparameters, networks, env steps and updates. They alternate per seed (seeds 0.."
-            f"{reps - 1}), nothing else running; times are training seconds, medians over the seeds. Ratios are "
-            "only taken within one case's side-by-side runs.\n\n")
+    note = ("rlexp runs the CLI with the tuned presets (RL Zoo's values), each run with a fresh XLA cache; SB3 "
+            "runs ../shared/bench/sb3_cases.py (ppo-lstm-cartpole-novel: sb3-contrib's RecurrentPPO, and "
+            "ppo-pendulum, in benchmarks/sb3_extra_cases.py); rejax (a JAX-compiled loop, environment included) "
+            "runs benchmarks/rejax_cases.py on gymnax's CartPole and Pendulum; all with the same hyperparameters, "
+            f"networks, env steps and updates. They alternate per seed (seeds 0..{reps - 1}), nothing else running; "
+            "medians over the seeds. Train s: the training, its first call (tracing, compilation) included; rejax: "
+            "its first jitted call. Steady-state s: the training without the first call (rlexp: from summary.json's "
+            "steady_steps_per_s; rejax: a second call of the compiled function; SB3: its training). Wall s: the "
+            "whole process of one training (rejax: its imports and setup plus the first call). Ratios are only "
+            "taken within one case's side-by-side runs.\n\n")
     commands = list(dict.fromkeys(r["command"] for r in merged if "command" in r))
     note += "Measured by " + "; ".join(f"`{c}`" for c in commands) + ".\n\n" if commands else ""
     cases = list(dict.fromkeys(r["case"] for r in merged))
@@ -132,6 +173,7 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("cases", nargs="*", default=list(CASES))
     parser.add_argument("--sb3-python", required=False)
+    parser.add_argument("--rejax-python", help="a virtualenv with rejax 0.1.3, gymnax<1 and jax (its cases: REJAX)")
     parser.add_argument("--reps", type=int, default=3)
     parser.add_argument("--no-write", action="store_true", help="print the table only")
     parser.add_argument("--record", metavar="LOG", help="merge an earlier run's JSON lines instead of running")
@@ -149,6 +191,9 @@ def main() -> None:
             print(json.dumps(rows[-1]), flush=True)
             if opts.sb3_python:
                 rows.append(run_sb3(opts.sb3_python, case, rep) | where | {"date": now()})
+                print(json.dumps(rows[-1]), flush=True)
+            if opts.rejax_python and case in REJAX:
+                rows.append(run_rejax(opts.rejax_python, case, rep) | where | {"date": now()})
                 print(json.dumps(rows[-1]), flush=True)
     print("\n" + table(rows, opts.cases))
     if not opts.no_write and opts.sb3_python:

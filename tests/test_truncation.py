@@ -186,9 +186,15 @@ def test_a2c_graph_env_rollout_bootstraps_truncations_with_the_final_obs(bootstr
 
 
 def test_graph_env_python_steps_bootstrap_truncations_with_the_final_obs():
-    """PPO does not roll graph envs out in the graph: it steps the GraphVectorEnv's NumPy `step`."""
-    agent = on_policy_agent(PPO, GraphCountEnv())
+    """PPO without XLA does not roll graph envs out in the graph: it steps the GraphVectorEnv's NumPy `step`."""
+    agent = on_policy_agent(PPO, GraphCountEnv(), jit_compile=False)
     assert not agent.steps_in_graph and agent._use_numpy_rollout()
+    check_rollout(agent)
+
+
+def test_ppo_rolls_a_graph_env_out_in_its_compiled_loop_and_bootstraps_truncations_with_the_final_obs():
+    agent = on_policy_agent(PPO, GraphCountEnv())
+    assert agent.xla_loop and agent.steps_in_graph and not agent._use_numpy_rollout()
     check_rollout(agent)
 
 

@@ -137,6 +137,9 @@ def check_settings(cfg: DictConfig) -> None:
                         "run.eval_deterministic), auto, true or false")
     for key in ("tf_threads", "tf_inter_threads"):
         _threads(f"run.{key}", run.get(key, "auto"))
+    from rlexp.compile_cache import cache_dir
+
+    cache_dir(run.get("compile_cache", "auto"))  # one line for a value that is no folder
     play = cfg.play
     _number("play.episodes", play.episodes, minimum=1, integer=True)
     _number("play.frame_frequency", play.frame_frequency, minimum=1, integer=True)

@@ -43,6 +43,9 @@ if HYDRA_14:  # rlexp's logging config names its own filter class: Hydra 1.4 run
 def main(cfg: DictConfig) -> float:
     """Compose the config, dispatch `mode`, return the objective (mean evaluation return)."""
     gc.disable()  # until `startup_done`: importing TensorFlow and building the agent only allocate
+    from rlexp.compile_cache import configure_compile_cache
+
+    configure_compile_cache(cfg.get("run", {}).get("compile_cache", "auto"))  # before TensorFlow starts
     from rlexp.agents.base import TrainingDiverged
 
     Started.value = True

@@ -113,10 +113,16 @@ class PPO(OnPolicyAgent):
                 totals, epoch_kl = gradient_step(select(None), totals, 0.0)
             else:
                 order = tf.argsort(self.tf_rng.uniform([size]))
+                if self.recurrent:  # minibatches of whole sequences
+                    take = lambda i: select(order[i * mb:(i + 1) * mb])  # noqa: E731
+                else:  # the epoch's minibatches gathered at once, [mini_batches, rows, ...]: of a minibatch
+                    # gathered inside the loop, XLA computed the first layer on the whole rollout (~30x slower)
+                    shuffled = [tf.reshape(x, tf.concat([[self.mini_batches, mb], tf.shape(x)[1:]], 0))
+                                for x in select(order)]
+                    take = lambda i: [x[i] for x in shuffled]  # noqa: E731
 
                 def minibatch(i, totals, epoch_kl):
-                    rows = order[i * mb:(i + 1) * mb]
-                    return (i + 1, *gradient_step(select(rows), totals, epoch_kl))
+                    return (i + 1, *gradient_step(take(i), totals, epoch_kl))
 
                 _, totals, epoch_kl = tf.while_loop(lambda i, *_: i < self.mini_batches, minibatch,
                                                     (tf.constant(0), totals, tf.constant(0.0)))

@@ -93,7 +93,8 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
         normalize_reward: scale rewards by the running std of the discounted return.
         bootstrap_truncation: treat time-limit truncation as non-terminal (bootstrap from the final
             observation); False treats it as an episode end like termination.
-        jit_compile: compile the update (gradient) steps with XLA.
+        jit_compile: XLA: 'auto' compiles the on-policy agents' fused loop (rollouts and updates) where a graph
+            env steps inside it, and nothing else; True also each update step everywhere else; False nothing.
         mixed_precision: compute in 16-bit floats with float32 variables, optimizer state, target networks,
             outputs and losses: True (float16 on a GPU, bfloat16 on a CPU), 'float16', 'bfloat16' or False (PPO,
             A2C, VPG); off-policy agents (DQN, DQfD, DDPG, TD3, SAC, NAF) compute in bfloat16 only.
@@ -117,7 +118,7 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
                  plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
                  display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
                  normalize_obs: bool = False, normalize_reward: bool = False,
-                 bootstrap_truncation: bool = True, jit_compile: bool = False,
+                 bootstrap_truncation: bool = True, jit_compile: bool | str = "auto",
                  mixed_precision: bool | str = False) -> None:
         autoreset = getattr(envs, "metadata", {}).get("autoreset_mode", gym.vector.AutoresetMode.SAME_STEP)
         if autoreset != gym.vector.AutoresetMode.SAME_STEP:
@@ -171,7 +172,10 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
 
         self.image_obs = is_image(self.observation_space)
         self.obs_dtype = np.uint8 if self.image_obs else np.float32
-        self.jit_compile = bool(jit_compile)
+        if not any(jit_compile is option for option in (True, False)) and jit_compile != "auto":
+            raise UserError(f"agent.jit_compile={jit_compile!r} must be auto, true or false")
+        self.jit_setting = jit_compile
+        self.jit_compile = jit_compile is True  # XLA for the update steps
         if normalize_obs and self.image_obs:
             raise UserError("agent.normalize_obs=true is for vector observations; image observations are scaled "
                             "to [0, 1] already")

@@ -121,6 +121,8 @@ class FitLoop:
         progress.
         Returns a summary of the whole run (all sessions of a resumed one): steps, seconds (training time),
         steps_per_s, reason, mean and best reward, episodes; session_steps and session_seconds of this call;
+        first_call_steps and first_call_seconds of its first training iteration (graph tracing and compilation
+        included) and steady_steps_per_s of the rest (None with a single iteration);
         already_finished when the run had ended before this call (nothing trained).
         """
         from rlexp.logs import verbosity
@@ -151,7 +153,7 @@ class FitLoop:
             self.history.path = run_dir / "history.parquet"
         bar = Progress(self.max_steps, "none" if self.quiet else progress, self.log_frequency or 10,
                        self.display_precision, initial_steps=self.steps, initial_episodes=self.episodes)
-        start_steps = self.steps
+        start_steps, self._first_call = self.steps, (0, 0.0)
         last_checkpoint = last_flush = last_best = time.perf_counter()
         best_pending = False
         session_start, base_time = time.perf_counter(), self.train_time
@@ -165,6 +167,8 @@ class FitLoop:
                     iterations += 1
                     self.check_finite(metrics)
                     self.train_time = base_time + time.perf_counter() - session_start
+                    if iterations == 1:  # graph tracing and compilation, then its steps: the session's steady
+                        self._first_call = (self.steps - start_steps, self.train_time - base_time)  # state follows
                     rows = len(self.history)
                     improved = self._record_episodes(self.train_time)
                     best_pending |= improved and evaluator is None  # with an evaluator, best.ckpt is its best
@@ -204,8 +208,13 @@ class FitLoop:
     def _summary(self, reason: str, start_steps: int, base_time: float, already_finished: bool) -> dict[str, Any]:
         """What `fit` returns: the whole run's totals and this call's share."""
         seconds = self.train_time
+        session_steps, session_seconds = self.steps - start_steps, self.train_time - base_time
+        first_steps, first_seconds = self._first_call
+        steady = ((session_steps - first_steps) / (session_seconds - first_seconds)
+                  if session_steps > first_steps and session_seconds > first_seconds else None)
         return dict(steps=self.steps, seconds=seconds, steps_per_s=self.steps / seconds if seconds > 0 else 0.0,
-                    session_steps=self.steps - start_steps, session_seconds=self.train_time - base_time,
+                    session_steps=session_steps, session_seconds=session_seconds,
+                    first_call_steps=first_steps, first_call_seconds=first_seconds, steady_steps_per_s=steady,
                     reason=reason, already_finished=already_finished, mean_reward=self.mean_reward,
                     best_reward=self.best_reward, episodes=self.episodes)
 
