@@ -30,6 +30,7 @@ def test_auto_compiles_the_on_policy_loop_where_a_graph_env_steps_in_it_and_noth
     agent = ppo()
     assert isinstance(agent.envs, GraphVectorEnv) and agent.xla_loop and agent.steps_in_graph
     assert not agent.jit_compile  # no separate XLA update step
+    assert agent.updates_per_call == 8192 // (16 * 4) and ppo(jit_compile=False).updates_per_call == 2048 // (16 * 4)
     assert not ppo(jit_compile=False).xla_loop and not ppo(jit_compile=False).steps_in_graph  # NumPy acting
     assert not ppo(normalize_obs=True).xla_loop  # the normaliser steps in Python
     assert not ppo(n_envs=2).xla_loop  # CartPole below 4 envs: gymnasium's env copies

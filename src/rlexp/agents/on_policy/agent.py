@@ -46,6 +46,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
 
     critic = True  # the model has a value head (VPG without a baseline has none)
     STEPS_PER_CALL = 2048  # target reward, early stopping and progress are checked between calls
+    XLA_STEPS_PER_CALL = 8192  # an XLA-compiled loop's call (~0.1 s for PPO CartPole): 8% faster than 2,048
     jit_update = True  # `update` is pure TensorFlow (XLA can compile it)
     numpy_acting = True  # act with NumPy mirrors of MLP models during rollouts (see `_numpy_rollout`)
     # With a GraphVectorEnv, roll out entirely in the graph (TensorFlow acting, the env stepped with TF ops)
@@ -69,7 +70,8 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
         if self.sde and self.state_dependent_std:
             raise UserError("agent.use_sde and agent.state_dependent_std exclude each other; pick one")
         super().__init__(envs, model, buffer, **kwargs)
-        self.updates_per_call = max(1, -(-self.STEPS_PER_CALL // (self.n_steps * self.n_envs)))
+        per_call = self.XLA_STEPS_PER_CALL if self.xla_loop else self.STEPS_PER_CALL
+        self.updates_per_call = max(1, -(-per_call // (self.n_steps * self.n_envs)))
         if self.lr_schedule == "kl_adaptive":  # the rate adapts to each update's KL: one cycle per call
             self.updates_per_call = 1
 
