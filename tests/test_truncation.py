@@ -193,7 +193,7 @@ def test_graph_env_python_steps_bootstrap_truncations_with_the_final_obs():
 
 
 def test_ppo_rolls_a_graph_env_out_in_its_compiled_loop_and_bootstraps_truncations_with_the_final_obs():
-    agent = on_policy_agent(PPO, GraphCountEnv())
+    agent = on_policy_agent(PPO, GraphCountEnv(), jit_compile=True)
     assert agent.xla_loop and agent.steps_in_graph and not agent._use_numpy_rollout()
     check_rollout(agent)
 

@@ -26,15 +26,27 @@ def weights(agent):
     return [w.numpy() for w in agent.model.weights]
 
 
-def test_auto_compiles_the_on_policy_loop_where_a_graph_env_steps_in_it_and_nothing_else():
-    agent = ppo()
+def long_fit(agent, steps=100_000):
+    """The agent as `fit(steps)` would start it (its graphs not built)."""
+    agent.max_steps = steps
+    return agent
+
+
+def test_auto_compiles_the_on_policy_loop_of_a_long_fit_where_a_graph_env_steps_in_it_and_nothing_else():
+    agent = long_fit(ppo())
     assert isinstance(agent.envs, GraphVectorEnv) and agent.xla_loop and agent.steps_in_graph
     assert not agent.jit_compile  # no separate XLA update step
-    assert agent.updates_per_call == 8192 // (16 * 4) and ppo(jit_compile=False).updates_per_call == 2048 // (16 * 4)
-    assert not ppo(jit_compile=False).xla_loop and not ppo(jit_compile=False).steps_in_graph  # NumPy acting
-    assert not ppo(normalize_obs=True).xla_loop  # the normaliser steps in Python
-    assert not ppo(n_envs=2).xla_loop  # CartPole below 4 envs: gymnasium's env copies
-    assert not ppo(model="lstm", mini_batches=1).xla_loop
+    assert agent.decide_xla() and agent.updates_per_call == 8192 // (16 * 4)
+    agent.max_steps = 10  # decided once, when the first graph is built
+    assert agent.xla_loop and agent.steps_in_graph
+    short = long_fit(ppo(), 99_999)  # compilation costs more than a short fit saves
+    assert not short.decide_xla() and not short.steps_in_graph and short.updates_per_call == 2048 // (16 * 4)
+    assert ppo(jit_compile=True).xla_loop  # true: any length
+    plain = long_fit(ppo(jit_compile=False))
+    assert not plain.xla_loop and not plain.steps_in_graph  # NumPy acting
+    assert not long_fit(ppo(normalize_obs=True)).xla_loop  # the normaliser steps in Python
+    assert not long_fit(ppo(n_envs=2)).xla_loop  # CartPole below 4 envs: gymnasium's env copies
+    assert not long_fit(ppo(model="lstm", mini_batches=1)).xla_loop
     td3 = TD3(make_envs("Pendulum-v1", n_envs=1, seed=0), seed=0)
     assert td3.jit_compile is False  # auto leaves off-policy updates as plain graphs (faster on a CPU)
     with pytest.raises(UserError, match=r"agent.jit_compile='yes' must be auto, true or false"):
@@ -58,7 +70,7 @@ def test_the_compiled_update_learns_as_the_plain_graph_does(env_id):
 def test_a_seeded_compiled_run_repeats_exactly(env_id):
     runs = []
     for _ in range(2):
-        agent = ppo(env_id)
+        agent = ppo(env_id, jit_compile=True)
         assert agent.xla_loop
         agent.fit(max_steps=4_000, progress="none", verbose=0)
         runs.append(weights(agent))
@@ -114,13 +126,14 @@ def test_trpo_critic_minibatches_partition_the_rollout_with_each_row_s_own_retur
 
 
 def test_a_fit_reports_its_first_call_and_the_steady_state_after_it():
-    agent = ppo()
+    agent = ppo(jit_compile=True)
+    agent.decide_xla()
     per_call = agent.updates_per_call * 16 * 4
     summary = agent.fit(max_steps=3 * per_call, progress="none", verbose=0)
     assert summary["first_call_steps"] == per_call and 0 < summary["first_call_seconds"] < summary["seconds"]
     assert summary["steady_steps_per_s"] == pytest.approx(
         2 * per_call / (summary["session_seconds"] - summary["first_call_seconds"]))
-    one = ppo().fit(max_steps=per_call, progress="none", verbose=0)
+    one = ppo(jit_compile=True).fit(max_steps=per_call, progress="none", verbose=0)
     assert one["first_call_steps"] == per_call and one["steady_steps_per_s"] is None
 
 

@@ -94,7 +94,8 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
         bootstrap_truncation: treat time-limit truncation as non-terminal (bootstrap from the final
             observation); False treats it as an episode end like termination.
         jit_compile: XLA: 'auto' compiles the on-policy agents' fused loop (rollouts and updates) where a graph
-            env steps inside it, and nothing else; True also each update step everywhere else; False nothing.
+            env steps inside it, in fits of 100k env steps or more, and nothing else; True that loop in any fit
+            and each update step everywhere else; False nothing.
         mixed_precision: compute in 16-bit floats with float32 variables, optimizer state, target networks,
             outputs and losses: True (float16 on a GPU, bfloat16 on a CPU), 'float16', 'bfloat16' or False (PPO,
             A2C, VPG); off-policy agents (DQN, DQfD, DDPG, TD3, SAC, NAF) compute in bfloat16 only.

@@ -47,6 +47,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
     critic = True  # the model has a value head (VPG without a baseline has none)
     STEPS_PER_CALL = 2048  # target reward, early stopping and progress are checked between calls
     XLA_STEPS_PER_CALL = 8192  # an XLA-compiled loop's call (~0.1 s for PPO CartPole): 8% faster than 2,048
+    XLA_MIN_STEPS = 100_000  # agent.jit_compile=auto compiles the loops of fits this long (see `xla_loop`)
     jit_update = True  # `update` is pure TensorFlow (XLA can compile it)
     numpy_acting = True  # act with NumPy mirrors of MLP models during rollouts (see `_numpy_rollout`)
     # With a GraphVectorEnv, roll out entirely in the graph (TensorFlow acting, the env stepped with TF ops)
@@ -70,8 +71,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
         if self.sde and self.state_dependent_std:
             raise UserError("agent.use_sde and agent.state_dependent_std exclude each other; pick one")
         super().__init__(envs, model, buffer, **kwargs)
-        per_call = self.XLA_STEPS_PER_CALL if self.xla_loop else self.STEPS_PER_CALL
-        self.updates_per_call = max(1, -(-per_call // (self.n_steps * self.n_envs)))
+        self.updates_per_call = max(1, -(-self.STEPS_PER_CALL // (self.n_steps * self.n_envs)))  # `decide_xla`
         if self.lr_schedule == "kl_adaptive":  # the rate adapts to each update's KL: one cycle per call
             self.updates_per_call = 1
 
@@ -105,10 +105,22 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
     @property
     def xla_loop(self) -> bool:
         """Whether the fused loop (rollouts stepping a graph env, and the updates) is compiled with XLA as one
-        program (`agent.jit_compile` auto or true): PPO CartPole's steady state runs ~1.8x faster, and the
-        compilation costs about what the plain graph's first call saved (docs/performance.md)."""
-        return (self.jit_setting in (True, "auto") and self.jit_update and not self.recurrent and not self.sde
-                and self.precision == "float32" and super().steps_in_graph)
+        program: with `agent.jit_compile=true`, or `auto` for a fit of `XLA_MIN_STEPS` env steps or more (the
+        compilation costs ~1.5 s more than the plain graph's first call; PPO CartPole's steady state then runs
+        ~1.9x faster: docs/performance.md). Decided once, when the agent's first graph is built."""
+        if getattr(self, "_xla_decided", None) is not None:
+            return self._xla_decided
+        wanted = self.jit_setting is True or (self.jit_setting == "auto" and self.max_steps >= self.XLA_MIN_STEPS)
+        return (wanted and self.jit_update and not self.recurrent and not self.sde and self.precision == "float32"
+                and super().steps_in_graph)
+
+    def decide_xla(self) -> bool:
+        """Fix `xla_loop` before the first graph is built; an XLA loop runs `XLA_STEPS_PER_CALL` env steps a call."""
+        if getattr(self, "_xla_decided", None) is None:
+            self._xla_decided = self.xla_loop
+            if self._xla_decided and self.lr_schedule != "kl_adaptive":
+                self.updates_per_call = max(1, -(-self.XLA_STEPS_PER_CALL // (self.n_steps * self.n_envs)))
+        return self._xla_decided
 
     # ----- model and optimizer ------------------------------------------------------------------------
     def model_kwargs(self) -> dict[str, Any]:
@@ -188,7 +200,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
     # ----- the fused graph loop ------------------------------------------------------------------------
     def train_iteration(self) -> dict[str, float]:
         if not hasattr(self, "_train_fn"):
-            xla = self.xla_loop  # the update is compiled with the loop that calls it
+            xla = self.decide_xla()  # the update is compiled with the loop that calls it
             self._update_fn = tf.function(self.update, jit_compile=None if xla else self.jit_compile and self.jit_update)
             self._train_fn = tf.function(self._fused_iterations, jit_compile=xla)
         rollout = self.n_steps * self.n_envs

@@ -34,6 +34,8 @@ class Rollouts:
         if not hasattr(self, "_mirrors"):
             from rlexp.numpy_models import NumpyModel
 
+            self.decide_xla()  # whether the env steps in the graph
+
             ok = (self.numpy_acting and not self.sde and not self.image_obs and not self.steps_in_graph
                   and not self.recurrent and self.action_kind in ("discrete", "continuous"))
             mirrors = [NumpyModel.mirror(m) for m in self.numpy_models()] if ok else [None]
@@ -182,6 +184,7 @@ class Rollouts:
     def collect(self) -> dict[str, tf.Tensor]:
         """One rollout from the current observations (for tests and subclasses)."""
         if not hasattr(self, "_rollout_fn"):
+            self.decide_xla()
             rollout = self.rollout_function()
             self._rollout_fn = tf.function(lambda obs: dict(zip(("obs", "batch"), rollout(obs))), autograph=False)
         return self.call_graph_loop(self._rollout_fn, max_steps=self.updates_per_call * self.n_steps)["batch"]
