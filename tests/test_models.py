@@ -48,3 +48,32 @@ def test_glorot_uniform_bounds():
 def test_cnn_on_vector_observations_is_a_user_error():
     with pytest.raises(UserError, match="model=mlp"):
         build_model(preset("nature_cnn"), (4,), {"q": 2})
+
+
+def test_torch_initializer_draws_as_pytorch_defaults():
+    """PyTorch's nn.Linear: weights and biases U(-1/sqrt(fan_in), 1/sqrt(fan_in)); nn.LSTM: every weight
+    U(-1/sqrt(hidden), 1/sqrt(hidden)) and two such biases, summed in Keras' single bias (no forget offset)."""
+    import keras
+
+    keras.backend.clear_session()  # layer names without the numbers earlier models left
+    spec = {"name": "t", "initializer": "torch", "layers": [{"type": "lstm", "units": 64, "common": True},
+                                                            {"type": "dense", "units": 32, "activation": "relu"},
+                                                            {"type": "dense", "output": True}]}
+    model = build_model(spec, (5,), {"policy": 3})
+    weights = {w.path.split("/", 1)[-1] if "lstm" in w.path else w.path: w.numpy() for w in model.weights}
+    bound = {"lstm_cell/kernel": 1 / 8, "lstm_cell/recurrent_kernel": 1 / 8, "dense/kernel": 1 / 8,
+             "dense/bias": 1 / 8, "policy/kernel": 1 / np.sqrt(32), "policy/bias": 1 / np.sqrt(32)}
+    for name, limit in bound.items():
+        w = next(v for k, v in weights.items() if k.endswith(name))
+        assert np.abs(w).max() <= limit, name
+        if w.size >= 64:  # a uniform's extremes and standard deviation (limit / sqrt(3))
+            assert np.abs(w).max() > 0.9 * limit, name
+            assert abs(w.std() - limit / np.sqrt(3)) < 0.2 * limit / np.sqrt(3), name
+    bias = next(v for k, v in weights.items() if k.endswith("lstm_cell/bias"))
+    assert bias.shape == (256,) and np.abs(bias).max() <= 2 / 8 and np.abs(bias).max() > 1 / 8  # a sum of two
+    assert abs(bias.std() - np.sqrt(2) * (1 / 8) / np.sqrt(3)) < 0.2 * np.sqrt(2) * (1 / 8) / np.sqrt(3)
+    assert abs(bias[64:128].mean()) < 0.05  # the forget gate's quarter: no +1 offset
+    with pytest.raises(UserError, match="'torch' is for dense, lstm and gru layers"):
+        build_model({"name": "c", "initializer": "torch", "layers": [
+            {"type": "conv", "filters": 4, "kernel": 3}, {"type": "flatten"}, {"type": "dense", "output": True}]},
+            (8, 8, 1), {"policy": 2})

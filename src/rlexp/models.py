@@ -17,7 +17,7 @@ from rlexp.errors import UserError
 
 LAYER_TYPES = ("dense", "conv", "flatten", "lstm", "gru")
 RECURRENT_TYPES = ("lstm", "gru")
-INITIALIZERS = ("orthogonal", "glorot_uniform")
+INITIALIZERS = ("orthogonal", "glorot_uniform", "torch")
 # Per-part encoders of Dict/Tuple observations when the preset names none (`encoders: {image:, vector:, <key>:}`).
 DEFAULT_ENCODERS = {
     "image": [{"type": "conv", "filters": 32, "kernel": 8, "stride": 4, "activation": "relu"},
@@ -28,13 +28,34 @@ DEFAULT_ENCODERS = {
 }
 
 
-def initializer(name: str, gain: float) -> keras.initializers.Initializer:
-    """Orthogonal or Glorot-uniform initializer scaled by `gain`."""
+def initializer(name: str, gain: float, fan_in: int | None = None) -> keras.initializers.Initializer:
+    """Orthogonal or Glorot-uniform initializer scaled by `gain`; `torch`: PyTorch's default for nn.Linear,
+    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (what SB3 and sb3-contrib policies with ortho_init=False start from)."""
     if name == "orthogonal":
         return keras.initializers.Orthogonal(gain=gain)
     if name == "glorot_uniform":  # Glorot uniform is VarianceScaling(1, fan_avg, uniform); gain scales the std
         return keras.initializers.VarianceScaling(scale=gain**2, mode="fan_avg", distribution="uniform")
+    if name == "torch":
+        if fan_in is None:
+            raise UserError("model initializer 'torch' is for dense, lstm and gru layers; give conv layers "
+                            "orthogonal or glorot_uniform (`initializer:` on the layer)")
+        return keras.initializers.RandomUniform(-gain / np.sqrt(fan_in), gain / np.sqrt(fan_in))
     raise UserError(f"model initializer {name!r} is unknown; use one of {', '.join(INITIALIZERS)}")
+
+
+class SumOfUniforms(keras.initializers.Initializer):
+    """The sum of two U(-limit, limit) draws: PyTorch's LSTM bias, b_ih + b_hh, as Keras' single bias."""
+
+    def __init__(self, limit: float, seed: int | None = None) -> None:
+        self.limit, self.seed = float(limit), seed
+        self.first, self.second = (keras.initializers.RandomUniform(-self.limit, self.limit, seed=seed),
+                                   keras.initializers.RandomUniform(-self.limit, self.limit))
+
+    def __call__(self, shape, dtype=None):
+        return self.first(shape, dtype) + self.second(shape, dtype)
+
+    def get_config(self) -> dict[str, Any]:
+        return {"limit": self.limit, "seed": self.seed}
 
 
 def is_recurrent(preset: Mapping[str, Any]) -> bool:
@@ -77,13 +98,14 @@ class Builder:
         return keras.layers.TimeDistributed(layer) if self.sequence else layer
 
     def make(self, spec: Mapping[str, Any], units: int | None = None, name: str | None = None,
-             dtype: str | None = None) -> keras.layers.Layer:
+             dtype: str | None = None, fan_in: int | None = None) -> keras.layers.Layer:
         kind = spec.get("type", "dense")
-        init = initializer(spec.get("initializer", self.defaults["initializer"]),
-                           float(spec.get("gain", self.defaults["gain"])))
+        name_of_init = spec.get("initializer", self.defaults["initializer"])
+        init = initializer(name_of_init, float(spec.get("gain", self.defaults["gain"])), fan_in)
         if kind == "dense":
+            bias = init if name_of_init == "torch" else "zeros"  # PyTorch draws biases as the weights
             return keras.layers.Dense(units or int(spec["units"]), activation=spec.get("activation"),
-                                      kernel_initializer=init, name=name, dtype=dtype)
+                                      kernel_initializer=init, bias_initializer=bias, name=name, dtype=dtype)
         if kind == "conv":
             return self.per_step(keras.layers.Conv2D(
                 int(spec["filters"]), int(spec["kernel"]), strides=int(spec.get("stride", 1)),
@@ -95,12 +117,21 @@ class Builder:
 
     def apply(self, spec: Mapping[str, Any], x: Any) -> Any:
         if spec.get("type") not in RECURRENT_TYPES:
-            return self.make(spec)(x)
+            return self.make(spec, fan_in=x.shape[-1] if spec.get("type", "dense") == "dense" else None)(x)
         units = int(spec["units"])
-        init = initializer(spec.get("initializer", self.defaults["initializer"]),
-                           float(spec.get("gain", self.defaults["gain"])))
+        name_of_init = spec.get("initializer", self.defaults["initializer"])
+        init = initializer(name_of_init, float(spec.get("gain", self.defaults["gain"])), units)
         cell_type = keras.layers.LSTMCell if spec["type"] == "lstm" else keras.layers.GRUCell
-        cell = cell_type(units, kernel_initializer=init)
+        if name_of_init == "torch":  # every weight U(+-1/sqrt(units)); the LSTM's single bias two such draws
+            # (PyTorch's b_ih + b_hh) and no forget-gate offset (Keras' unit_forget_bias); the GRU keeps two biases
+            lstm = spec["type"] == "lstm"
+            options = dict(recurrent_initializer=init, bias_initializer=SumOfUniforms(1 / np.sqrt(units)) if lstm
+                           else init)
+            if lstm:
+                options["unit_forget_bias"] = False
+        else:
+            options = {}
+        cell = cell_type(units, kernel_initializer=init, **options)
         states = [keras.Input((units,), name=f"state_{len(self.state_inputs) + i}")
                   for i in range(2 if spec["type"] == "lstm" else 1)]
         self.state_inputs += states
@@ -210,7 +241,7 @@ def build_model(preset: Mapping[str, Any], input_shape: tuple[int, ...], heads: 
         for spec in tower:
             h = builder.apply(spec, h)
         spec = {**layers[-1], **dict(head_overrides.get(head) or {})}
-        results.append(builder.make(spec, units=int(units), name=head, dtype=out_dtype)(h))
+        results.append(builder.make(spec, units=int(units), name=head, dtype=out_dtype, fan_in=h.shape[-1])(h))
         latent = h if head == latent_of else latent
     if latent_of is not None:
         results.append(keras.layers.Activation("linear", dtype="float32")(latent) if out_dtype else latent)
