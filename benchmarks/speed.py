@@ -1,7 +1,7 @@
 """Speed benchmark: rlexp vs Stable-Baselines3 (and rejax, a JAX-compiled loop) on the same work, alternating.
 
-Usage: python benchmarks/speed.py --sb3-python /path/to/sb3-venv/bin/python [--rejax-python /path/to/rejax-venv/bin/python]
-       [--reps 3] [CASE ...]
+Usage: python benchmarks/speed.py --sb3-python /path/to/sb3-venv/bin/python
+       [--rejax-python /path/to/rejax-venv/bin/python] [--reps 3] [CASE ...]
 rlexp runs through the normal CLI with RL Zoo's hyperparameters (the tuned presets); SB3 runs
 ../shared/bench/sb3_cases.py (sb3-contrib's RecurrentPPO: benchmarks/sb3_extra_cases.py; PPO Pendulum:
 benchmarks/sb3_extra_cases.py); rejax runs benchmarks/rejax_cases.py (its cases: REJAX). rlexp's runs use a fresh
@@ -117,7 +117,8 @@ def table(rows: list[dict], cases: list[str]) -> str:
              "|---|---|---|---|---|---|---|---|---|---|---|"]
     per_seed = []
     for case in cases:
-        med = {tool: [r for r in rows if r["case"] == case and r["tool"] == tool] for tool in ("rlexp", "sb3", "rejax")}
+        med = {tool: [r for r in rows if r["case"] == case and r["tool"] == tool]
+               for tool in ("rlexp", "sb3", "rejax")}
         secs = {tool: statistics.median(r["seconds"] for r in rs) for tool, rs in med.items() if rs}
         steady = {tool: statistics.median(r["steady_s"] for r in rs) for tool, rs in med.items()
                   if rs and all("steady_s" in r for r in rs)}

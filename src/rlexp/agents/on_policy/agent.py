@@ -201,7 +201,8 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
     def train_iteration(self) -> dict[str, float]:
         if not hasattr(self, "_train_fn"):
             xla = self.decide_xla()  # the update is compiled with the loop that calls it
-            self._update_fn = tf.function(self.update, jit_compile=None if xla else self.jit_compile and self.jit_update)
+            separate_xla = None if xla else self.jit_compile and self.jit_update
+            self._update_fn = tf.function(self.update, jit_compile=separate_xla)
             self._train_fn = tf.function(self._fused_iterations, jit_compile=xla)
         rollout = self.n_steps * self.n_envs
         cycles = max(1, min(self.updates_per_call, -(-self.steps_left() // rollout)))
