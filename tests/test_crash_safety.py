@@ -224,3 +224,27 @@ def test_divergence_names_the_last_good_checkpoint_or_says_there_is_none(tmp_pat
     agent.save(tmp_path / "checkpoints" / "last.ckpt")
     assert diverged(error, tmp_path) == (f"training diverged: non-finite loss at step 96; {tmp_path}/checkpoints/"
                                          "last.ckpt (step 48) holds the last good weights")
+
+
+def test_a_process_refused_before_the_holder_wrote_its_pid_waits_for_it(tmp_path):
+    """The holder writes its pid and command just after taking the lock: a process refused in that moment
+    reads them once they are there, not an empty file."""
+    import fcntl
+    import threading
+
+    from rlexp.runlock import LOCK_NAME, RunLock
+
+    holder = open(tmp_path / LOCK_NAME, "a+")
+    fcntl.flock(holder.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # locked, nothing written yet
+
+    def write_later():
+        time.sleep(0.3)
+        holder.write("4242\npython -m rlexp +resume=r\n")
+        holder.flush()
+
+    writer = threading.Thread(target=write_later)
+    writer.start()
+    with pytest.raises(UserError, match=r"^\+resume=r: process 4242 \(python -m rlexp \+resume=r\) is training"):
+        RunLock(tmp_path).acquire("+resume=r")
+    writer.join()
+    holder.close()

@@ -6,6 +6,7 @@ import fcntl
 import os
 import shlex
 import sys
+import time
 from pathlib import Path
 from typing import IO
 
@@ -28,8 +29,7 @@ class RunLock:
         try:
             fcntl.flock(lock.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)
         except BlockingIOError:
-            lock.seek(0)
-            holder = lock.read().strip().split("\n", 1)
+            holder = read_holder(lock)
             lock.close()
             pid = holder[0] if holder[0].isdigit() else "?"
             command = f" ({holder[1]})" if len(holder) > 1 else ""
@@ -46,6 +46,19 @@ class RunLock:
         if self.file is not None:
             self.file.close()  # closing the descriptor releases the flock
             self.file = None
+
+
+def read_holder(lock: IO[str], wait: float = 2.0) -> list[str]:
+    """[pid, command] of the process holding the lock: it writes them just after taking the lock, so a process
+    refused in between waits for them (up to `wait` seconds; then what is there)."""
+    deadline = time.monotonic() + wait
+    while True:
+        lock.seek(0)
+        text = lock.read()
+        holder = text.strip().split("\n", 1)
+        if (holder[0].isdigit() and len(holder) > 1 and text.endswith("\n")) or time.monotonic() > deadline:
+            return holder
+        time.sleep(0.02)
 
 
 def current_command() -> str:
