@@ -46,16 +46,15 @@ def initializer(name: str, gain: float, fan_in: int | None = None) -> keras.init
 class SumOfUniforms(keras.initializers.Initializer):
     """The sum of two U(-limit, limit) draws: PyTorch's LSTM bias, b_ih + b_hh, as Keras' single bias."""
 
-    def __init__(self, limit: float, seed: int | None = None) -> None:
-        self.limit, self.seed = float(limit), seed
-        self.first, self.second = (keras.initializers.RandomUniform(-self.limit, self.limit, seed=seed),
-                                   keras.initializers.RandomUniform(-self.limit, self.limit))
+    def __init__(self, limit: float) -> None:
+        self.limit = float(limit)  # two initializers: one called twice repeats its draws
+        self.first, self.second = (keras.initializers.RandomUniform(-self.limit, self.limit) for _ in range(2))
 
     def __call__(self, shape, dtype=None):
         return self.first(shape, dtype) + self.second(shape, dtype)
 
     def get_config(self) -> dict[str, Any]:
-        return {"limit": self.limit, "seed": self.seed}
+        return {"limit": self.limit}
 
 
 def is_recurrent(preset: Mapping[str, Any]) -> bool:
@@ -100,6 +99,8 @@ class Builder:
     def make(self, spec: Mapping[str, Any], units: int | None = None, name: str | None = None,
              dtype: str | None = None, fan_in: int | None = None) -> keras.layers.Layer:
         kind = spec.get("type", "dense")
+        if kind == "flatten":
+            return self.per_step(keras.layers.Flatten(name=name))
         name_of_init = spec.get("initializer", self.defaults["initializer"])
         init = initializer(name_of_init, float(spec.get("gain", self.defaults["gain"])), fan_in)
         if kind == "dense":
@@ -111,8 +112,6 @@ class Builder:
                 int(spec["filters"]), int(spec["kernel"]), strides=int(spec.get("stride", 1)),
                 padding=spec.get("padding", "valid"), activation=spec.get("activation"), kernel_initializer=init,
                 name=name))
-        if kind == "flatten":
-            return self.per_step(keras.layers.Flatten(name=name))
         raise UserError(f"model layer type {kind!r} is unknown; use one of {', '.join(LAYER_TYPES)}")
 
     def apply(self, spec: Mapping[str, Any], x: Any) -> Any:
