@@ -164,19 +164,14 @@ class TRPO(OnPolicyAgent):
         mb = size // self.mini_batches
         variables = self.critic.trainable_variables
         total = tf.constant(0.0)
-        whole = size % self.mini_batches == 0  # minibatches of equal size
         for _ in tf.range(self.critic_iterations):
             order = tf.argsort(self.tf_rng.uniform([size]))
-            if whole:  # the epoch's minibatches gathered at once: of a minibatch gathered inside the loop, XLA
-                # computed the first layer on the whole rollout
-                epoch_obs = tf.reshape(tf.gather(obs, order), [self.mini_batches, mb, *obs.shape[1:]])
-                epoch_returns = tf.reshape(tf.gather(returns, order), [self.mini_batches, mb])
-            for start in tf.range(0, size, mb):
-                if whole:
-                    batch_obs, batch_returns = epoch_obs[start // mb], epoch_returns[start // mb]
-                else:
-                    idx = order[start:start + mb]
-                    batch_obs, batch_returns = tf.gather(obs, idx), tf.gather(returns, idx)
+            # the epoch's minibatches gathered at once (mini_batches divides the rollout): of a minibatch gathered
+            # inside the loop, XLA computed the first layer on the whole rollout
+            epoch_obs = tf.reshape(tf.gather(obs, order), [self.mini_batches, mb, *obs.shape[1:]])
+            epoch_returns = tf.reshape(tf.gather(returns, order), [self.mini_batches, mb])
+            for i in tf.range(self.mini_batches):
+                batch_obs, batch_returns = epoch_obs[i], epoch_returns[i]
                 with tf.GradientTape() as tape:
                     loss = 0.5 * tf.reduce_mean(tf.square(batch_returns - self.value(batch_obs)))
                 self.critic_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
