@@ -3,19 +3,25 @@ initialisation, observation/reward normalisation and env steps, several seeds a 
 the deterministic policy with the final weights.
 
 Usage: python benchmarks/parity.py --sb3-python /path/to/sb3-venv/bin/python [--cases CASE ...] [--seeds 0 1 2]
-       [--steps N --no-write]   (a smoke test: N env steps a run, nothing recorded)
+       [--sides rlexp sb3] [--steps N --no-write]   (a smoke test: N env steps a run, nothing recorded)
        python benchmarks/parity.py --rewrite   (parity.md again from parity.json)
 Per case and seed the two sides alternate: rlexp through its CLI (run dirs under benchmarks/runs/parity/, the final
 evaluation read from the run's summary.json), then benchmarks/sb3_parity_cases.py in the SB3 virtualenv. Every row is
 kept in benchmarks/results/parity.json (a run of the same case, side and seed replaces its row, so cases and seeds can
-be run in separate invocations); benchmarks/results/parity.md is written from it. Rows are only recorded when the runs
-trained the case's own step count.
+be run in separate invocations, and the two sides in two processes with --sides); benchmarks/results/parity.md is
+written from it. Rows are only recorded when the runs trained the case's own step count.
+A stopped or killed benchmark continues its unfinished runs when started again: rlexp's run dir for a case and seed
+is fixed (benchmarks/runs/parity/<case>-s<seed>) and resumed with +resume; the SB3 side saves a checkpoint every 50k
+env steps (benchmarks/runs/parity/sb3/<case>-s<seed>) and continues from it. The SB3 side runs with one PyTorch
+thread (OMP_NUM_THREADS=1: these networks are small, and two sides can then share two cores).
 """
 from __future__ import annotations
 
 import argparse
+import fcntl
 import json
-import re
+import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -116,34 +122,41 @@ DIFFERENCES = {
 
 
 def rlexp_run(case: str, seed: int, steps: int) -> dict:
-    """One rlexp training run through the CLI; its final evaluation from the run's summary.json."""
+    """One rlexp training run through the CLI in the case and seed's own run dir (an unfinished one resumed);
+    its final evaluation from the run's summary.json."""
+    run_dir = WORK / f"{case}-s{seed}-{steps}"
+    unfinished = (run_dir / "checkpoints" / "last.ckpt").exists() and not (run_dir / "summary.json").exists()
+    if not unfinished:
+        shutil.rmtree(run_dir, ignore_errors=True)
     WORK.mkdir(parents=True, exist_ok=True)
     command = [sys.executable, "-m", "rlexp", *CASES[case].args, f"seed={seed}", f"run.max_steps={steps}",
                "run.eval_episodes=20", "run.eval_deterministic=true", "run.target_reward=null", "run.progress=none"]
+    command += [f"+resume={run_dir}"] if unfinished else [f"run_dir={run_dir}"]
     start = time.perf_counter()
     result = subprocess.run(command, cwd=WORK, capture_output=True, text=True)
     wall = time.perf_counter() - start
     if result.returncode:
         raise SystemExit(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
-    run_dir = Path(re.findall(r"\| run dir: (\S+)", result.stdout)[-1])
-    if not run_dir.is_absolute():
-        run_dir = WORK / run_dir
     summary = json.loads((run_dir / "summary.json").read_text())
     final = summary["final_eval"]
     return dict(steps=summary["steps"], seconds=summary["train_seconds"], wall_s=round(wall, 1),
-                eval_mean=final["mean_return"], eval_std=final["std_return"], run_dir=str(run_dir))
+                eval_mean=final["mean_return"], eval_std=final["std_return"], run_dir=str(run_dir),
+                resumed=unfinished)
 
 
 def sb3_run(python: str, case: str, seed: int, steps: int) -> dict:
-    """One run of the SB3 side in its own virtualenv."""
-    command = [python, str(SB3_CASES), CASES[case].sb3, str(seed), str(steps)]
+    """One run of the SB3 side in its own virtualenv, continued from its checkpoint if an earlier one stopped."""
+    checkpoints = WORK / "sb3" / f"{case}-s{seed}-{steps}"
+    command = [python, str(SB3_CASES), CASES[case].sb3, str(seed), str(steps), "--checkpoint-dir", str(checkpoints)]
     start = time.perf_counter()
-    result = subprocess.run(command, capture_output=True, text=True)
+    result = subprocess.run(command, capture_output=True, text=True, env=os.environ | dict(OMP_NUM_THREADS="1"))
     wall = time.perf_counter() - start
     if result.returncode:
         raise SystemExit(f"{' '.join(command)} failed:\n{result.stdout[-3000:]}{result.stderr[-3000:]}")
+    shutil.rmtree(checkpoints, ignore_errors=True)  # finished: a later run of the case and seed starts afresh
     row = json.loads(result.stdout.strip().splitlines()[-1])
-    return {k: row[k] for k in ("steps", "seconds", "eval_mean", "eval_std", "evals")} | dict(wall_s=round(wall, 1))
+    return {k: row[k] for k in ("steps", "seconds", "eval_mean", "eval_std", "evals", "resumed")} | dict(
+        wall_s=round(wall, 1))
 
 
 def sb3_versions(python: str) -> str:
@@ -157,13 +170,21 @@ def load() -> list[dict]:
 
 
 def record(rows: list[dict]) -> None:
-    """Merge `rows` into parity.json (replacing the same case, side and seed) and rewrite parity.md."""
+    """Merge `rows` into parity.json (replacing the same case, side and seed) and rewrite parity.md; under a lock,
+    as the two sides may run in two processes."""
+    RESULTS.mkdir(exist_ok=True)
+    WORK.mkdir(parents=True, exist_ok=True)
+    with open(WORK / "record.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        merge(rows)
+
+
+def merge(rows: list[dict]) -> None:
     new = {(r["case"], r["tool"], r["seed"]) for r in rows}
     merged = [r for r in load() if (r["case"], r["tool"], r["seed"]) not in new] + rows
     order = list(CASES)
     merged.sort(key=lambda r: (order.index(r["case"]) if r["case"] in order else len(order), r["case"],
                                TOOLS.index(r["tool"]), r["seed"]))
-    RESULTS.mkdir(exist_ok=True)
     ROWS.write_text(json.dumps(merged, indent=1) + "\n")
     print(write_table("parity", "Learning parity: rlexp against SB3 / sb3-contrib", markdown(merged)))
 
@@ -221,6 +242,7 @@ def main() -> None:
     parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES), metavar="CASE")
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--sb3-python", help="the SB3 virtualenv's interpreter (without it: rlexp's side only)")
+    parser.add_argument("--sides", nargs="+", default=list(TOOLS), choices=TOOLS, help="which sides to run")
     parser.add_argument("--steps", type=int, help="env steps a run instead of the case's (a smoke test: not recorded)")
     parser.add_argument("--no-write", action="store_true", help="print the rows only")
     parser.add_argument("--rewrite", action="store_true", help="only rewrite parity.md from parity.json")
@@ -233,8 +255,8 @@ def main() -> None:
         steps = opts.steps or CASES[case].steps
         write = not opts.no_write and steps == CASES[case].steps
         for seed in opts.seeds:
-            runs = [("rlexp", lambda: rlexp_run(case, seed, steps))]
-            if opts.sb3_python:
+            runs = [("rlexp", lambda: rlexp_run(case, seed, steps))] if "rlexp" in opts.sides else []
+            if opts.sb3_python and "sb3" in opts.sides:
                 runs.append(("sb3", lambda: sb3_run(opts.sb3_python, case, seed, steps)))
             for tool, run in runs:
                 row = dict(case=case, tool=tool, seed=seed) | run() | where | dict(date=now())

@@ -3,12 +3,17 @@ scores its runs: 20 episodes of the deterministic policy with the final weights,
 normalisation uses the training statistics, frozen (rewards unnormalised: the env's own returns).
 
 Usage (in a virtualenv with stable-baselines3, sb3-contrib and gymnasium[mujoco]):
-    python sb3_parity_cases.py CASE SEED [STEPS]
+    python sb3_parity_cases.py CASE SEED [STEPS] [--checkpoint-dir DIR]
 -> one JSON line {case, seed, seconds, steps, steps_per_s, eval_mean, eval_std, evals}
+With --checkpoint-dir a run saves its model, normalisation statistics and progress there after a rollout every
+CHECKPOINT_STEPS env steps, and a run started again with the same directory continues from the newest save (its
+envs start new episodes there; the seconds add up over the pieces).
 """
 from __future__ import annotations
 
+import argparse
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -17,6 +22,7 @@ import numpy as np
 import torch.nn as nn
 from sb3_contrib import TRPO
 from stable_baselines3.common.base_class import BaseAlgorithm
+from stable_baselines3.common.callbacks import BaseCallback
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
@@ -25,6 +31,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import sb3_extra_cases  # noqa: E402  (the recurrent cases)
 
 EVAL_EPISODES = 20
+CHECKPOINT_STEPS = 50_000
 EVAL_SEED_OFFSET = 10_000  # eval envs are seeded apart from the training envs, as rlexp's are
 # SB3's MlpPolicy defaults for TRPO, spelled out: separate 64-64 tanh towers, orthogonal init, log std 0
 TRPO_POLICY = dict(net_arch=dict(pi=[64, 64], vf=[64, 64]), activation_fn=nn.Tanh, ortho_init=True, log_std_init=0.0)
@@ -59,23 +66,77 @@ def eval_env(model: BaseAlgorithm, seed: int) -> VecEnv:
     return env
 
 
+class Checkpoints(BaseCallback):
+    """After a rollout, every CHECKPOINT_STEPS env steps: the model, VecNormalize's statistics and the seconds
+    trained so far, written to temporary names and renamed (a kill mid-save keeps the previous save)."""
+
+    def __init__(self, directory: Path, seconds_before: float) -> None:
+        super().__init__()
+        self.directory, self.seconds_before = directory, seconds_before
+        self.started = time.perf_counter()
+        self.next_save = 0
+
+    def _on_training_start(self) -> None:
+        self.next_save = self.num_timesteps + CHECKPOINT_STEPS
+
+    def _on_step(self) -> bool:
+        return True
+
+    def _on_rollout_end(self) -> None:
+        if self.num_timesteps < self.next_save:
+            return
+        self.next_save = self.num_timesteps + CHECKPOINT_STEPS
+        self.directory.mkdir(parents=True, exist_ok=True)
+        self.model.save(self.directory / "model.tmp.zip")
+        env = self.model.get_env()
+        if isinstance(env, VecNormalize):
+            env.save(str(self.directory / "vecnormalize.tmp.pkl"))
+            os.replace(self.directory / "vecnormalize.tmp.pkl", self.directory / "vecnormalize.pkl")
+        os.replace(self.directory / "model.tmp.zip", self.directory / "model.zip")
+        seconds = self.seconds_before + time.perf_counter() - self.started
+        progress = dict(steps=int(self.num_timesteps), seconds=seconds)
+        (self.directory / "progress.tmp.json").write_text(json.dumps(progress))
+        os.replace(self.directory / "progress.tmp.json", self.directory / "progress.json")
+
+
+def resume(model: BaseAlgorithm, directory: Path) -> tuple[BaseAlgorithm, float]:
+    """The model continued from `directory`'s newest save (with its env's statistics), and its seconds so far."""
+    progress = json.loads((directory / "progress.json").read_text())
+    env = model.get_env()
+    if isinstance(env, VecNormalize):
+        env = VecNormalize.load(str(directory / "vecnormalize.pkl"), env.venv)
+    loaded = type(model).load(directory / "model.zip", env=env, device="cpu")
+    loaded.num_timesteps = progress["steps"]
+    return loaded, progress["seconds"]
+
+
 def main() -> None:
-    name, seed = sys.argv[1], int(sys.argv[2])
-    steps = int(sys.argv[3]) if len(sys.argv) > 3 else None
+    parser = argparse.ArgumentParser()
+    parser.add_argument("case", choices=[*TRPO_CASES, *RECURRENT_CASES])
+    parser.add_argument("seed", type=int)
+    parser.add_argument("steps", type=int, nargs="?")
+    parser.add_argument("--checkpoint-dir", type=Path)
+    opts = parser.parse_args()
+    name, seed = opts.case, opts.seed
     if name in TRPO_CASES:
-        model, steps = trpo_case(name, seed, steps)
-    elif name in RECURRENT_CASES:
-        model, steps, _ = sb3_extra_cases.case(name, seed, steps)
+        model, steps = trpo_case(name, seed, opts.steps)
     else:
-        raise SystemExit(f"unknown case {name}; choose from {', '.join([*TRPO_CASES, *RECURRENT_CASES])}")
+        model, steps, _ = sb3_extra_cases.case(name, seed, opts.steps)
+    seconds_before, callback = 0.0, None
+    if opts.checkpoint_dir:
+        if (opts.checkpoint_dir / "progress.json").exists():
+            model, seconds_before = resume(model, opts.checkpoint_dir)
+        callback = Checkpoints(opts.checkpoint_dir, seconds_before)
     start = time.perf_counter()
-    model.learn(steps)
-    seconds = time.perf_counter() - start
+    if model.num_timesteps < steps:
+        model.learn(steps - model.num_timesteps, callback=callback, reset_num_timesteps=model.num_timesteps == 0)
+    seconds = seconds_before + time.perf_counter() - start
     returns, _ = evaluate_policy(model, eval_env(model, seed), n_eval_episodes=EVAL_EPISODES, deterministic=True,
                                  return_episode_rewards=True)
     print(json.dumps(dict(case=name, seed=seed, seconds=round(seconds, 2), steps=int(model.num_timesteps),
                           steps_per_s=round(model.num_timesteps / seconds, 1), eval_mean=float(np.mean(returns)),
-                          eval_std=float(np.std(returns)), evals=[float(r) for r in returns])))
+                          eval_std=float(np.std(returns)), evals=[float(r) for r in returns],
+                          resumed=seconds_before > 0)))
 
 
 if __name__ == "__main__":
