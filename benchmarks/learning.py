@@ -30,6 +30,11 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "a2c-cartpole": (["agent=a2c", "env=cartpole", "run.max_steps=5e5", "run.target_reward=null"], 475),
     "acer-cartpole": (["agent=acer", "env=cartpole", "run.max_steps=3e5", "run.target_reward=null"], 475),
     "trpo-cartpole": (["agent=trpo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
+    # RL Zoo's rows shipped as tuned presets (autotune's portfolio for other discrete envs); thresholds below RL Zoo's
+    # scores (A2C Acrobot -83.4, A2C LunarLander 155.8 +- 80.4, TRPO LunarLander 133.2 +- 112.2) at its budgets
+    "a2c-acrobot": (["agent=a2c", "env=acrobot", "run.max_steps=5e5", "run.target_reward=null"], -100),
+    "a2c-lunarlander": (["agent=a2c", "env=lunarlander", "run.max_steps=2e5", "run.target_reward=null"], 100),
+    "trpo-lunarlander": (["agent=trpo", "env=lunarlander", "run.max_steps=2e5", "run.target_reward=null"], 100),
     "dqn-cartpole": (["agent=dqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null"], 475),  # Zoo budget
     "double-dqn-cartpole": (["agent=dqn", "env=cartpole", "agent.double=true", "run.max_steps=5e4",
                              "run.target_reward=null"], 475),

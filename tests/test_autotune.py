@@ -20,7 +20,7 @@ from rlexp.sweep import make_pruner, search_space
 # third of them 2L more (5L/3), and the 2 trials running at once (2 job slots, 1 seed) each hold 3L - 5L/3 more
 # while they run: 6,144 = 3L + 2 x 5L/3 + 2 x 4L/3 = 9L gives L = 682 and trials of 2,046
 BUDGET = ["run.max_steps=6144", "autotune.budget=1", "autotune.trials=3", "autotune.seeds=1", "autotune.rungs=2",
-          "autotune.eval_episodes=2"]
+          "autotune.eval_episodes=2", "autotune.portfolio=0"]  # trials 1 and 2 sample (the portfolio: its own test)
 TUNED = "tuned/ppo_CartPole-v1.yaml"
 
 
@@ -113,6 +113,33 @@ def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_wit
     assert config["agent"]["n_steps"] == 64  # the command line's value, kept in the preset
     assert config["agent"]["mini_batches"] == 32 and config["env"]["n_envs"] == 8  # the fallback's, kept too
     assert config["fallback"] == "auto"  # the pair is tuned now: no fallback merged over the preset
+
+
+@pytest.mark.e2e
+def test_the_portfolio_trains_the_agents_tuned_values_for_other_envs_of_the_kind_first(tmp_path):
+    """A2C on MountainCar-v0 (discrete actions, vector observations): after trial 0 (the fallback's values), trials
+    1 and 2 train shipped A2C presets of other discrete vector envs, the one tuned for the training length nearest
+    the pair's first (tuned/a2c_lunarlander.yaml, 2e5 steps, then a2c_acrobot.yaml, 5e5, by name before
+    a2c_cartpole.yaml: its values are the fallback's, so it is no trial of its own), each with its own values of
+    unsearched keys too (lr_schedule); image presets (Pong) and the pair's own env are no candidates."""
+    result = rlexp(tmp_path, "mode=autotune", "agent=a2c", "env=generic", "env.id=MountainCar-v0",
+                   "run.max_steps=6144", "autotune.budget=2.5", "autotune.trials=3", "autotune.seeds=1",
+                   "autotune.rungs=2", "autotune.eval_episodes=2", "autotune.portfolio=2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert ("trials 1-2 start from the values of the tuned presets a2c_lunarlander, a2c_acrobot (autotune.portfolio)"
+            in result.stdout)
+    (study,) = (tmp_path / "multirun").iterdir()
+    agents = [saved(study / f"trial_{n}")["agent"] for n in range(3)]
+    envs = [saved(study / f"trial_{n}")["env"] for n in range(3)]
+    # trial 0: conf/fallbacks/a2c_discrete_vector.yaml
+    assert (agents[0]["gamma"], agents[0]["normalize_obs"], envs[0]["n_envs"]) == (0.99, False, 8)
+    # trial 1: RL Zoo's LunarLander row (conf/tuned/a2c_lunarlander.yaml)
+    assert (agents[1]["gamma"], agents[1]["lr"], agents[1]["lr_schedule"], agents[1]["entropy_coef"],
+            envs[1]["n_envs"]) == (0.995, 8.3e-4, "linear", 1e-5, 8)
+    # trial 2: RL Zoo's Acrobot row (conf/tuned/a2c_acrobot.yaml)
+    assert (agents[2]["normalize_obs"], agents[2]["normalize_reward"], agents[2]["gamma"], envs[2]["n_envs"]) == (
+        True, True, 0.99, 16)
+    assert all(env["id"] == "MountainCar-v0" for env in envs)
 
 
 @pytest.mark.e2e

@@ -436,6 +436,8 @@ SETTINGS = dict(sampler={"_target_": "optuna.samplers.RandomSampler", "seed": 0}
     ("sampler", {"_target_": "optuna.samplers.NSGAIISampler", "population_size": 1}, "population_size=1: use a whole"),
     ("sampler", {"_target_": "optuna.samplers.QMCSampler", "qmc_type": "xx"}, "ValueError: The `qmc_type='xx'`"),
     ("baseline", 5, "baseline=5: use a mapping of searched keys to the values the first trial trains"),
+    ("enqueue", {"agent.lr": 1e-3}, "enqueue={'agent.lr': 0.001}: use a list of mappings of searched keys to"),
+    ("enqueue", [5], "enqueue=[5]: use a list of mappings of searched keys to values, one a trial"),
     ("max_env_steps", 0, "max_env_steps=0: use a whole number of 1 or more"),
     ("max_env_steps", "lots", "max_env_steps=lots: use a whole number of 1 or more"),
     ("bogus", 1, "hydra.sweeper.bogus is not a setting of rlexp's sweeper; use one of aggregate, baseline, confirm,"),

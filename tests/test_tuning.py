@@ -111,7 +111,7 @@ class TimedLauncher:
     env steps)}; a job's run dir gets a history of the steps it trained, as a real one would."""
 
     def __init__(self, sweep_dir: Path, plan: dict[int, tuple[float, str, int]]) -> None:
-        self.sweep_dir, self.plan, self.calls = sweep_dir, plan, []
+        self.sweep_dir, self.plan, self.calls, self.given = sweep_dir, plan, [], {}
 
     def launch(self, job_overrides, initial_job_idx):
         (overrides,) = job_overrides
@@ -119,6 +119,7 @@ class TimedLauncher:
         trial = int(subdir.split("/")[0].split("_")[1])
         seconds, how, steps = self.plan[trial]
         self.calls.append((subdir, time.time()))
+        self.given[subdir] = list(overrides)
         time.sleep(seconds)
         run_dir = self.sweep_dir / subdir
         run_dir.mkdir(parents=True, exist_ok=True)
@@ -198,6 +199,24 @@ def test_a_study_whose_baseline_lies_outside_the_space_is_continued(tmp_path):
     trials = study_trials(tmp_path)
     assert len(trials) == 4 and trials[0].params == {"agent.lr": 7e-4}
     assert trials[0].user_attrs["baseline_values"] == {"agent.entropy_coef": 0.0}
+
+
+def test_enqueued_configurations_train_after_the_baseline_with_their_other_values_fixed(tmp_path):
+    """hydra.sweeper.enqueue: trials 1 and 2 train its two configurations, in order, after the baseline. A value
+    in the space is the trial's Optuna parameter; one outside it (lr 0.5) or of a key the study does not search
+    (gamma, n_envs) is a fixed value the trial's job gets; trial 3 samples."""
+    sweep, launcher = sweep_of(tmp_path, {n: (0.05, "complete", 1000) for n in range(4)}, n_trials=4, n_jobs=1,
+                               baseline={"agent.lr": 7e-4},
+                               enqueue=[{"agent.lr": 1e-3, "agent.gamma": 0.95},
+                                        {"agent.lr": 0.5, "env.n_envs": 16}])
+    sweep.run(["agent.lr=tag(log,interval(1e-4,1e-2))"])
+    trials = study_trials(tmp_path)
+    assert [t.params for t in trials[:3]] == [{"agent.lr": 7e-4}, {"agent.lr": 1e-3}, {}]
+    assert [t.user_attrs.get("baseline_values") for t in trials] == [
+        None, {"agent.gamma": 0.95}, {"agent.lr": 0.5, "env.n_envs": 16}, None]
+    assert "agent.lr" in trials[3].params and trials[3].params["agent.lr"] not in (7e-4, 1e-3)
+    assert {"agent.lr=0.001", "agent.gamma=0.95"} <= set(launcher.given["trial_1"])
+    assert {"agent.lr=0.5", "env.n_envs=16"} <= set(launcher.given["trial_2"])
 
 
 def test_the_baseline_keeps_the_pairs_group_choices(monkeypatch):

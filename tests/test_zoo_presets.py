@@ -12,8 +12,11 @@ ZOO = {
     ("ppo", "pong"): dict(n_envs=8, n_steps=128, batch_size=256, vf_coef=0.5, clip_range="lin_0.1", lr="lin"),
     ("a2c", "cartpole"): dict(n_envs=8, n_steps=5, vf_coef=0.5, rmsprop_eps=1e-5),
     ("a2c", "pendulum"): dict(n_envs=8, n_steps=8, vf_coef=0.4, rmsprop_eps=1e-5, lr="lin"),
+    ("a2c", "acrobot"): dict(n_envs=16, n_steps=5, vf_coef=0.5, rmsprop_eps=1e-5, lr="constant", normalize=True),
+    ("a2c", "lunarlander"): dict(n_envs=8, n_steps=5, vf_coef=0.5, rmsprop_eps=1e-5, lr="lin", gamma=0.995),
     ("trpo", "cartpole"): dict(n_envs=2, n_steps=512, batch_size=512),
     ("trpo", "pendulum"): dict(n_envs=2, n_steps=1024, batch_size=128),
+    ("trpo", "lunarlander"): dict(n_envs=2, n_steps=512, batch_size=128, gamma=0.99),
 }
 
 
@@ -37,5 +40,9 @@ def test_tuned_preset_is_rl_zoos_row(agent, env):
         linear = str(zoo["clip_range"]).startswith("lin_")
         assert a.clip_schedule == ("linear" if linear else "constant")
         assert a.clip_norm == float(str(zoo["clip_range"]).removeprefix("lin_"))
+    if "normalize" in zoo:  # RL Zoo's `normalize: true`: VecNormalize's observations and rewards
+        assert a.normalize_obs is a.normalize_reward is zoo["normalize"]
+    if "gamma" in zoo:
+        assert a.gamma == zoo["gamma"]
     if "lr" in zoo:
         assert a.lr_schedule == ("linear" if zoo["lr"] == "lin" else "constant")

@@ -152,6 +152,8 @@ class RlexpSweeperConf:
                                          # more parameters per trial (conditional ones: lr only when optimizer=adam)
     baseline: Any = None                 # {key: value}: a new study's first trial trains these values of the searched
                                          # keys (e.g. those the run takes untuned), those outside the space as fixed values
+    enqueue: Any = None                  # [{key: value}, ...]: configurations a new study trains next, one trial each
+                                         # (Optuna's enqueue_trial; values outside the space as the baseline's)
     max_env_steps: Any = None            # the study's env steps, all trials and seeds: no trial starts that could
                                          # pass it (trials' run.max_steps x seeds_per_trial against what they trained)
     pruner: Any = "median"               # median | halving | none

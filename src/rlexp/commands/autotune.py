@@ -25,6 +25,7 @@ from rlexp.checks import _number, _one_of
 from rlexp.errors import UserError
 from rlexp.fallback import hydra_preset, parent_preset, preset_exists
 from rlexp.files import check_writable, write_atomic
+from rlexp.portfolio import portfolio
 from rlexp.rundirs import GENERIC_ENV, absolute, choices, env_display_name, in_sweep, original_cwd
 from rlexp.sweep.report import FOR_AUTOTUNE
 
@@ -53,6 +54,7 @@ class Budget:
     eval_deterministic: bool | str = False
     learning_start: int = 0    # buffer.initial_size: random steps before an off-policy trial learns
     final_deterministic: bool | str = "auto"  # a trial's final evaluation (its score): as the pair's training's
+    portfolio: int = 0          # trials after the baseline that train the agent's tuned values for similar envs
 
     @property
     def rung_steps(self) -> list[int]:
@@ -112,6 +114,8 @@ def autotune(cfg: DictConfig) -> float:
     config_dir = user_config_dir(sys.argv[1:])
     if config_dir is None:
         return with_default_dir(str(cfg.autotune.get("config_dir") or "rlexp_conf"))
+    starts = portfolio(agent, str(cfg.env.id), pair_kind(cfg), searched, baseline, budget.max_steps,
+                       min(budget.portfolio, budget.trials - 1), int(cfg.seed))
     check_config_dir(config_dir, ("tuned", "env") if env_text is not None else ("tuned",))
     study = f"autotune_{agent}_{env_name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     sweep_dir = original_cwd() / "multirun" / study
@@ -123,7 +127,11 @@ def autotune(cfg: DictConfig) -> float:
              f"steps ({budget.budget:g} x run.max_steps={budget.max_steps:,}), trials of up to "
              f"{budget.trial_steps:,} steps{warmup}, {halving} (evaluated every {budget.eval_interval:,}); search "
              f"space sweep/{space}.yaml; study {sweep_dir}")
-    run(study_command(config_dir, agent, space, overrides, budget, study, sweep_dir, baseline),
+    if starts:
+        log.info(f"trials 1-{len(starts)} start from the values of the tuned presets "
+                 f"{', '.join(c.name + (' (yours)' if c.own else '') for c in starts)} (autotune.portfolio)")
+    run(study_command(config_dir, agent, space, overrides, budget, study, sweep_dir, baseline,
+                      [c.values for c in starts]),
         env={**os.environ, FOR_AUTOTUNE: "1"})  # its report leaves the command to train to autotune
     best, preset, results = best_trial(sweep_dir)
     picked = groups(preset)  # model=/buffer=: on the command line, where a tuned preset can't choose them
@@ -133,11 +141,13 @@ def autotune(cfg: DictConfig) -> float:
         write_atomic(target / "env" / f"{env_name}.yaml", lambda f: f.write(env_text.encode()))
     path = target / "tuned" / f"{agent}_{env_name}.yaml"
     replaced = path.exists()
-    text = tuned_header(cfg, study, sweep_dir, budget, best, results, picked) + to_yaml(values)
+    origin = f"the values of tuned/{starts[best - 1].name}.yaml" if 0 < best <= len(starts) else None
+    text = tuned_header(cfg, study, sweep_dir, budget, best, results, picked, origin) + to_yaml(values)
     write_atomic(path, lambda f: f.write(text.encode()))
     command = ["python", "-m", "rlexp", "--config-dir", config_dir, f"agent={agent}", f"env={env_name}", *picked,
                *overrides.shared, *overrides.final]
-    log.info(f"{'replaced' if replaced else 'wrote'} {path} (best trial {best}, score {results['best_value']:.4g}); "
+    log.info(f"{'replaced' if replaced else 'wrote'} {path} (best trial {best}"
+             f"{': ' + origin if origin else ''}, score {results['best_value']:.4g}); "
              f"training with it: {shlex.join(command)}")
     run([sys.executable, *command[1:]])
     log.info(f"reproduce this training: {shlex.join(command)}")
@@ -259,17 +269,23 @@ def check_budget(cfg: DictConfig, max_steps: int, learning_start: int = 0, slots
                         f"{warmup}; raise autotune.budget or run.max_steps, or lower autotune.trials, autotune.seeds "
                         "or autotune.rungs" + (", or set a smaller buffer.initial_size" if learning_start else ""))
     final = OmegaConf.select(cfg, "run.eval_deterministic", default="auto")
+    portfolio_size = int(_number("autotune.portfolio", section.get("portfolio", 0), minimum=0, integer=True))
     return Budget(budget, max_steps, trials, seeds, rungs, learning_start + first_rung * 3 ** (rungs - 1), first_rung,
-                  episodes, deterministic, learning_start, "auto" if final is None else final)
+                  episodes, deterministic, learning_start, "auto" if final is None else final, portfolio_size)
+
+
+def pair_kind(cfg: DictConfig) -> str:
+    """<actions>_<observations> of the pair's env (discrete_vector, continuous_image, ...)."""
+    from rlexp.fallback import env_kind
+
+    return env_kind(cfg.env, int(cfg.seed))
 
 
 def check_space(agent: str, space: str | None, cfg: DictConfig | None = None) -> str:
     """The search space's preset: +sweep=<name>, else sweep/<agent>_<continuous|discrete>.yaml where there is one
     for the env's actions (a2c_continuous: gSDE), else sweep/<agent>.yaml (the user's own or rlexp's)."""
     if space is None and cfg is not None:
-        from rlexp.fallback import env_kind
-
-        kind = env_kind(cfg.env, int(cfg.seed)).split("_")[0]
+        kind = pair_kind(cfg).split("_")[0]
         if preset_exists("sweep", f"{agent}_{kind}"):
             return f"{agent}_{kind}"
     name = space or agent
@@ -359,13 +375,17 @@ def hydra_dict(values: dict[str, Any]) -> str:
 
 
 def study_command(config_dir: str, agent: str, space: str, overrides: Overrides, budget: Budget, study: str,
-                  sweep_dir: Path, baseline: dict[str, Any] | None = None) -> list[str]:
+                  sweep_dir: Path, baseline: dict[str, Any] | None = None,
+                  starts: list[dict[str, Any]] | None = None) -> list[str]:
     """`python -m rlexp --multirun +sweep=<space> ...`: successive halving from the first rung once trial 0 (alone
-    at every rung) finished, the step budget, the sampler's start and the first trial's baseline values first
-    (the user's hydra.sweeper.* win over them), the user's overrides, then the budget's values."""
+    at every rung) finished, the step budget, the sampler's start, the first trial's baseline values and the
+    portfolio's `starts` after it (the user's hydra.sweeper.* win over them), the user's overrides, then the
+    budget's values."""
     sampler = [] if any(o.startswith("hydra/sweeper/sampler") for o in overrides.study) else [
         f"hydra.sweeper.sampler.n_startup_trials={budget.warmup}"]
     first = [f"hydra.sweeper.baseline={hydra_dict(baseline)}"] if baseline else []
+    if starts:
+        first.append(f"hydra.sweeper.enqueue=[{','.join(hydra_dict(values) for values in starts)}]")
     return [sys.executable, "-m", "rlexp", "--multirun", "--config-dir", config_dir, f"+sweep={space}",
             f"agent={agent}", f"env={choices()['env']}", "hydra.sweeper.pruner=halving",
             f"hydra.sweeper.warmup_steps={budget.eval_interval}", "hydra.sweeper.warmup_trials=1",
@@ -449,7 +469,7 @@ def to_yaml(values: dict[str, Any]) -> str:
 
 
 def tuned_header(cfg: DictConfig, study: str, sweep_dir: Path, budget: Budget, best: int,
-                 results: dict[str, Any], picked: list[str]) -> str:
+                 results: dict[str, Any], picked: list[str], origin: str | None = None) -> str:
     """The tuned preset's first lines: its package, who wrote it when, the study, the best trial and its score."""
     agent, date = str(cfg.agent._target_).rsplit(".", 1)[-1], time.strftime("%Y-%m-%d %H:%M")
     counts = ", ".join(f"{n} {state.lower()}" for state, n in (results.get("trials") or {}).items())
@@ -458,7 +478,7 @@ def tuned_header(cfg: DictConfig, study: str, sweep_dir: Path, budget: Budget, b
             f"# {agent} on {cfg.env.id}, written by `python -m rlexp mode=autotune` on {date}\n"
             f"# study {study} ({sweep_dir}):\n"
             f"#   {sum((results.get('trials') or {}).values())} trials ({counts}) x {seeds} of up to "
-            f"{budget.trial_steps:,} steps; best: trial {best}, "
+            f"{budget.trial_steps:,} steps; best: trial {best}{' (' + origin + ')' if origin else ''}, "
             f"score {results['best_value']:.6g} (the sweeper's objective)\n"
             "# Its values where they differ from the agent, env, model and buffer presets: those of the tuned or\n"
             "# fallback preset it trained over, of the command line and of the search; run.max_steps: the pair's\n"

@@ -16,7 +16,7 @@ from rlexp.files import write_atomic
 from rlexp.sweep.settings import one_line
 
 log = logging.getLogger("rlexp.sweep")
-BASELINE_ATTR = "baseline_values"  # a baseline trial's values outside the search space (not Optuna parameters)
+BASELINE_ATTR = "baseline_values"  # a baseline's or enqueued trial's values outside the search space (not Optuna's)
 STEPS_ATTR = "env_steps"  # the env steps a trial trained, all its seeds (hydra.sweeper.max_env_steps counts them)
 PRESET_SECTIONS = ("agent", "env", "model", "buffer", "run")  # what tuned/best.yaml holds of the trial's config
 PRESET_GROUPS = ("model", "buffer")  # config groups whose choice it keeps
@@ -25,7 +25,7 @@ SWEEP_ONLY = ("hydra.sweeper", "hydra.launcher", "hydra.sweep.", "hydra/sweeper"
 
 
 def params_of(trial: optuna.trial.FrozenTrial | optuna.trial.Trial) -> dict[str, Any]:
-    """The values a trial trained with: its Optuna parameters, and a baseline trial's values outside the space."""
+    """The values a trial trained with: its Optuna parameters, and a first trial's values outside the space."""
     return {**trial.params, **trial.user_attrs.get(BASELINE_ATTR, {})}
 
 

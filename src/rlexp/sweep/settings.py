@@ -3,7 +3,7 @@ and the fix; the sampler made from its preset."""
 from __future__ import annotations
 
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import optuna
 
@@ -21,7 +21,7 @@ WHOLE = {"n_trials": 1, "n_jobs": 1, "seeds_per_trial": 1, "last_evals": 1, "rep
 CHOICES = {"direction": ("maximize", "minimize"), "objective": OBJECTIVES, "aggregate": ("mean", "iqm"),
            "pruner": ("median", "none", "halving")}
 SETTINGS = (*WHOLE, *CHOICES, "warmup_steps", "sampler", "directions", "confirm", "storage", "study_name", "max_failure_rate",
-            "params", "baseline", "max_env_steps", "custom_search_space")
+            "params", "baseline", "enqueue", "max_env_steps", "custom_search_space")
 SAMPLER_WHOLE = {"n_startup_trials": 0, "population_size": 2}
 SAMPLERS = "hydra/sweeper/sampler=tpe|random|grid|cmaes|nsgaii|nsgaiii|gp|qmc"
 SAMPLER_ALIASES = {  # hydra-optuna-sweeper's own factories, as its configs name them
@@ -77,9 +77,21 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     if s.get("baseline") is not None and not isinstance(s["baseline"], Mapping):
         raise SweepError(f"hydra.sweeper.baseline={_shown(s['baseline'])}: use a mapping of searched keys to the "
                          "values the first trial trains, e.g. {agent.lr: 3e-4, agent.n_steps: 64}")
+    s["enqueue"] = check_enqueue(s.get("enqueue"))
     s["sampler"] = make_sampler(s.get("sampler"))
     s["custom_search_space"] = check_custom_space(s.get("custom_search_space"))
     return s
+
+
+def check_enqueue(entries: Any) -> list[dict[str, Any]]:
+    """hydra.sweeper.enqueue: a list of mappings (configurations a new study trains after the baseline)."""
+    if entries is None:
+        return []
+    if not isinstance(entries, Sequence) or isinstance(entries, str) or not all(
+            isinstance(entry, Mapping) for entry in entries):
+        raise SweepError(f"hydra.sweeper.enqueue={_shown(entries)}: use a list of mappings of searched keys to "
+                         "values, one a trial, e.g. [{agent.lr: 3e-4, env.n_envs: 16}, {agent.lr: 1e-3}]")
+    return [dict(entry) for entry in entries]
 
 
 def check_custom_space(path: Any):

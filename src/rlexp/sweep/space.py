@@ -101,14 +101,17 @@ def sweep_hash(distributions: Mapping[str, BaseDistribution], fixed: Mapping[str
     return hashlib.sha1(text.encode()).hexdigest()[:6]
 
 
-def baseline_params(baseline: Mapping[str, Any], distributions: Mapping[str, BaseDistribution]
-                    ) -> tuple[dict[str, Any], dict[str, Any]]:
+def baseline_params(baseline: Mapping[str, Any], distributions: Mapping[str, BaseDistribution],
+                    unsearched: bool = False) -> tuple[dict[str, Any], dict[str, Any]]:
     """The baseline's values of searched keys: (those that lie in their distribution, a choice's option or a value
-    in an interval: the trial's Optuna parameters; the others, which the trial trains with as fixed values)."""
+    in an interval: the trial's Optuna parameters; the others, which the trial trains with as fixed values).
+    `unsearched`: keys the study does not search are fixed values too (an enqueued configuration's), else dropped."""
     inside, outside = {}, {}
     for key, value in baseline.items():
         dist = distributions.get(key)
         if dist is None:
+            if unsearched:
+                outside[key] = value
             continue
         try:
             contained = dist._contains(dist.to_internal_repr(value))

@@ -279,10 +279,12 @@ class OptunaSweep(Checks, Confirmation, Report):
                 if not left:
                     return None
                 study.enqueue_trial(left[0])
-            elif self.s.get("baseline") and not trials:
-                inside, rest = baseline_params(self.s["baseline"], self.distributions)
+            elif len(trials) < len(self.first_trials):
+                baseline = len(trials) == 0 and bool(self.s.get("baseline"))
+                inside, rest = baseline_params(self.first_trials[len(trials)], self.distributions,
+                                               unsearched=not baseline)
                 study.enqueue_trial(inside)
-                self.say_baseline(inside, rest)
+                self.say_first(len(trials), inside, rest)
             trial = study.ask()
             if rest:
                 trial.set_user_attr(BASELINE_ATTR, rest)
@@ -297,10 +299,16 @@ class OptunaSweep(Checks, Confirmation, Report):
         taken = [t.params for t in counted if t.state != TrialState.FAIL] + self.failed_points
         return [p for p in grid_points(self.distributions) if p not in taken]
 
-    def say_baseline(self, inside: dict[str, Any], rest: dict[str, Any]) -> None:
+    @property
+    def first_trials(self) -> list[dict[str, Any]]:
+        """What a new study trains first, in order: the baseline, then hydra.sweeper.enqueue's configurations."""
+        return ([dict(self.s["baseline"])] if self.s.get("baseline") else []) + list(self.s.get("enqueue") or [])
+
+    def say_first(self, number: int, inside: dict[str, Any], rest: dict[str, Any]) -> None:
         sampled = sorted(set(self.distributions) - set(inside) - set(rest))
-        log.info("trial 0 trains the baseline: " + " ".join(f"{k}={_format(v) if isinstance(v, float) else v}"
-                                                          for k, v in {**inside, **rest}.items())
+        what = "the baseline" if number == 0 and self.s.get("baseline") else "enqueued values"
+        log.info(f"trial {number} trains {what}: "
+                 + " ".join(f"{k}={_format(v) if isinstance(v, float) else v}" for k, v in {**inside, **rest}.items())
                  + (f" (outside the search space: {', '.join(rest)})" if rest else "")
                  + (f"; sampled: {', '.join(sampled)}" if sampled else ""))
 
