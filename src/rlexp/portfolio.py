@@ -77,15 +77,13 @@ def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) ->
 
     found = []
     for name, env in tuned_presets(agent):
-        config = compose(config_name=HydraConfig.get().job.config_name, overrides=[f"agent={agent}", f"env={env}"],
-                         return_hydra_config=True)
-        if str(config.env.id) == env_id:
-            continue
         try:
-            if env_kind(config.env, seed) != kind:
+            config = compose(config_name=HydraConfig.get().job.config_name,
+                             overrides=[f"agent={agent}", f"env={env}"], return_hydra_config=True)
+            if str(config.env.id) == env_id or env_kind(config.env, seed) != kind:
                 continue
-        except Exception as error:  # noqa: BLE001 - an env this machine can't make (no MuJoCo, no ROMs): not a candidate
-            log.debug(f"portfolio: tuned/{name}.yaml skipped, its env could not be made: {error}")
+        except Exception as error:  # noqa: BLE001 - a preset that doesn't compose, an env this machine can't make
+            log.debug(f"portfolio: tuned/{name}.yaml skipped: {error}")  # (no MuJoCo, no ROMs): not a candidate
             continue
         group_choices = {k: str(v) for k, v in config.hydra.runtime.choices.items()}
         path, own = hydra_preset("tuned", name)
