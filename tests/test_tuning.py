@@ -272,3 +272,23 @@ def test_autotune_rungs_start_after_the_warm_up_and_leave_room_for_the_trials_ru
     budget = check_budget(OmegaConf.create({"autotune": {**defaults, "budget": 3}}), 100_000, 10_000, 2)
     assert budget.eval_interval == 1_363 and budget.trial_steps == 10_000 + 9 * 1_363
     assert budget.rung_steps == [11_363, 14_089]
+
+
+def test_the_portfolio_takes_your_presets_first_then_the_nearest_training_length_and_skips_repeats(monkeypatch):
+    """Candidates for a pair of 1e6 steps, limit 3: your own preset first whatever its length; then |log(steps /
+    1e6)|: 5e5 (0.69) before 4e5 (0.92) before 3e6 (1.10); one whose values are the baseline's, or an earlier
+    candidate's, is no trial of its own."""
+    import rlexp.portfolio as portfolio
+    from rlexp.portfolio import Candidate
+
+    found = [Candidate("a2c_far", False, 10_000, {"agent.lr": 1.0}),
+             Candidate("a2c_long", False, 3_000_000, {"agent.lr": 2.0}),
+             Candidate("a2c_same_as_baseline", False, 1_000_000, {"agent.lr": 7e-4}),
+             Candidate("a2c_near", False, 500_000, {"agent.lr": 3.0}),
+             Candidate("a2c_near_repeat", False, 400_000, {"agent.lr": 3.0}),
+             Candidate("a2c_mine", True, 10, {"agent.lr": 4.0})]
+    monkeypatch.setattr(portfolio, "candidates", lambda *args: found)
+    chosen = portfolio.portfolio("a2c", "MountainCar-v0", "discrete_vector", {"agent.lr"}, {"agent.lr": 7e-4},
+                                 1_000_000, 3, 0)
+    assert [c.name for c in chosen] == ["a2c_mine", "a2c_near", "a2c_long"]
+    assert portfolio.portfolio("a2c", "MountainCar-v0", "discrete_vector", {"agent.lr"}, {}, 1_000_000, 0, 0) == []
