@@ -248,3 +248,47 @@ def test_a_process_refused_before_the_holder_wrote_its_pid_waits_for_it(tmp_path
         RunLock(tmp_path).acquire("+resume=r")
     writer.join()
     holder.close()
+
+
+SLEEPER = '''
+import os, sys, time
+from pathlib import Path
+from rlexp.launch import run_jobs
+
+def job(pid_file):
+    Path(pid_file).write_text(str(os.getpid()))
+    time.sleep(120)
+
+if __name__ == "__main__":
+    run_jobs(job, [(sys.argv[1],)], Path(sys.argv[2]), start_method=sys.argv[3])
+'''
+
+
+@pytest.mark.parametrize("start_method", ["forkserver", "spawn"])
+def test_a_trial_ends_when_its_sweep_is_killed(tmp_path, start_method):
+    """A sweep killed with SIGKILL (no `finally` runs) leaves no orphaned trial training on: the trial's process,
+    a child of the forkserver rather than of the sweep, ends within seconds (before: it trained to its end)."""
+    from pathlib import Path
+
+    script, pid_file = tmp_path / "sweep.py", tmp_path / "trial.pid"
+    script.write_text(SLEEPER)
+    sweep = subprocess.Popen([sys.executable, str(script), str(pid_file), str(tmp_path / "logs"), start_method])
+    deadline = time.monotonic() + 120
+    while not pid_file.exists() or not pid_file.read_text():
+        assert time.monotonic() < deadline and sweep.poll() is None, "the trial never started"
+        time.sleep(0.2)
+    trial = int(pid_file.read_text())
+    os.kill(trial, 0)  # running
+    sweep.send_signal(signal.SIGKILL)
+    sweep.wait()
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        try:
+            os.kill(trial, 0)
+        except ProcessLookupError:
+            return
+        if Path(f"/proc/{trial}/stat").exists() and Path(f"/proc/{trial}/stat").read_text().split()[2] == "Z":
+            return  # ended, not yet reaped by its parent
+        time.sleep(0.2)
+    os.kill(trial, signal.SIGKILL)
+    raise AssertionError("the trial kept running after its sweep was killed")

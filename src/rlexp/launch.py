@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import multiprocessing
 import os
+import threading
 import time
 from multiprocessing.connection import wait
 from pathlib import Path
@@ -30,8 +31,21 @@ def context(start_method: str):
     return _CONTEXTS[start_method]
 
 
-def _job(setup: Callable[[], None] | None, payload: bytes, log_stem: str, conn) -> None:
+def _watch_owner(alive) -> None:
+    """In the trial's process: end it once the sweep that started it is gone. The sweep holds the only other end
+    of `alive` and never writes to it, so the read returns only when that end closes: at the sweep's exit, or
+    when it is killed (SIGTERM or SIGKILL, where no `finally` runs), so that no orphaned trial trains on."""
+    try:
+        alive.recv_bytes()
+    except (EOFError, OSError):
+        pass
+    os._exit(1)
+
+
+def _job(setup: Callable[[], None] | None, payload: bytes, log_stem: str, conn, alive=None) -> None:
     """In the trial's process: output to <log_stem>.out/.err, run the call, send back its pickled result."""
+    if alive is not None:
+        threading.Thread(target=_watch_owner, args=(alive,), daemon=True).start()
     for fd, suffix in ((1, ".out"), (2, ".err")):
         target = os.open(log_stem + suffix, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o644)
         os.dup2(target, fd)
@@ -61,12 +75,15 @@ def run_jobs(call: Callable[..., Any], jobs: Sequence[tuple], log_dir: Path, sta
     stems = [str(log_dir / (names[i] if names else f"job_{i}")) for i in range(len(jobs))]
     for job, stem in zip(jobs, stems):
         receiver, sender = ctx.Pipe(duplex=False)
-        process = ctx.Process(target=_job, args=(setup, cloudpickle.dumps((call, job)), stem, sender), daemon=False)
+        alive_r, alive_w = ctx.Pipe(duplex=False)  # the trial ends when alive_w closes (this process gone)
+        process = ctx.Process(target=_job, args=(setup, cloudpickle.dumps((call, job)), stem, sender, alive_r),
+                              daemon=False)
         process.start()
         sender.close()
-        running.append((process, receiver))
+        alive_r.close()
+        running.append((process, receiver, alive_w))
     results: list[Any] = [None] * len(jobs)
-    pending = {receiver: i for i, (_, receiver) in enumerate(running)}
+    pending = {receiver: i for i, (_, receiver, _) in enumerate(running)}
     deadline = None if timeout_s is None else time.monotonic() + timeout_s
     try:
         while pending:
@@ -86,12 +103,13 @@ def run_jobs(call: Callable[..., Any], jobs: Sequence[tuple], log_dir: Path, sta
                     results[i] = RuntimeError(f"the trial's process ended without a result (exit code "
                                               f"{process.exitcode}); its output: {stems[i]}.err")
     finally:
-        for process, receiver in running:
+        for process, receiver, alive_w in running:
             if process.is_alive():
                 process.join(0.5 if not pending else 0)
             if process.is_alive():
                 process.terminate()
                 process.join(5)
             receiver.close()
+            alive_w.close()
     return results
 
