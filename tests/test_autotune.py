@@ -170,6 +170,7 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
         "config dir": (["--config-dir", "conf"], f"--config-dir conf: {tmp_path / 'config dir/conf/tuned'} is a file"),
         "budget": (["autotune.budget=0"], "autotune.budget=0 must be a number > 0"),
         "trials": (["autotune.trials=2.5"], "autotune.trials=2.5 must be an integer"),
+        "portfolio": (["autotune.portfolio=-1"], "autotune.portfolio=-1 must be an integer >= 0"),
         # 4 trials x 2 seeds at 3 lengths: 2 x (9 + 3 x 7/3) = 32 first-rung lengths in 20 steps
         "too small": (["run.max_steps=20", "autotune.budget=1", "autotune.trials=4"], "autotune.rungs=3 leaves trials no env steps; "
                       "raise autotune.budget or run.max_steps"),
