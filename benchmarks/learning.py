@@ -31,10 +31,11 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "acer-cartpole": (["agent=acer", "env=cartpole", "run.max_steps=3e5", "run.target_reward=null"], 475),
     "trpo-cartpole": (["agent=trpo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
     # RL Zoo's rows shipped as tuned presets (autotune's portfolio for other discrete envs); thresholds below RL Zoo's
-    # scores (A2C Acrobot -83.4, A2C LunarLander 155.8 +- 80.4, TRPO LunarLander 133.2 +- 112.2) at its budgets
+    # scores (A2C Acrobot -83.4, A2C LunarLander 155.8 +- 80.4) at its budgets. RL Zoo's TRPO LunarLander row is not
+    # shipped: -59.5 / 140.8 / -67.5 on seeds 0-2 at 200k (commit 21f0623) against the TRPO discrete fallback's
+    # 107.2 / 131.8 / 102.6 (benchmarks/results/autotune.md's trpo-lunarlander row)
     "a2c-acrobot": (["agent=a2c", "env=acrobot", "run.max_steps=5e5", "run.target_reward=null"], -100),
     "a2c-lunarlander": (["agent=a2c", "env=lunarlander", "run.max_steps=2e5", "run.target_reward=null"], 100),
-    "trpo-lunarlander": (["agent=trpo", "env=lunarlander", "run.max_steps=2e5", "run.target_reward=null"], 100),
     "dqn-cartpole": (["agent=dqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null"], 475),  # Zoo budget
     "double-dqn-cartpole": (["agent=dqn", "env=cartpole", "agent.double=true", "run.max_steps=5e4",
                              "run.target_reward=null"], 475),

@@ -16,7 +16,6 @@ ZOO = {
     ("a2c", "lunarlander"): dict(n_envs=8, n_steps=5, vf_coef=0.5, rmsprop_eps=1e-5, lr="lin", gamma=0.995),
     ("trpo", "cartpole"): dict(n_envs=2, n_steps=512, batch_size=512),
     ("trpo", "pendulum"): dict(n_envs=2, n_steps=1024, batch_size=128),
-    ("trpo", "lunarlander"): dict(n_envs=2, n_steps=512, batch_size=128, gamma=0.99),
 }
 
 
