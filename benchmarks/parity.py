@@ -11,8 +11,8 @@ kept in benchmarks/results/parity.json (a run of the same case, side and seed re
 be run in separate invocations, and the two sides in two processes with --sides); benchmarks/results/parity.md is
 written from it. Rows are only recorded when the runs trained the case's own step count.
 A stopped or killed benchmark continues its unfinished runs when started again: rlexp's run dir for a case and seed
-is fixed (benchmarks/runs/parity/<case>-s<seed>) and resumed with +resume; the SB3 side saves a checkpoint every 50k
-env steps (benchmarks/runs/parity/sb3/<case>-s<seed>) and continues from it. The SB3 side runs with one PyTorch
+is fixed (benchmarks/runs/parity/<case>-s<seed>-<steps>) and resumed with +resume; the SB3 side saves a checkpoint every
+50k env steps (benchmarks/runs/parity/sb3/<case>-s<seed>-<steps>) and continues from it. The SB3 side runs with one PyTorch
 thread (OMP_NUM_THREADS=1: these networks are small, and two sides can then share two cores).
 """
 from __future__ import annotations

@@ -100,13 +100,13 @@ class Checkpoints(BaseCallback):
 
 
 def resume(model: BaseAlgorithm, directory: Path) -> tuple[BaseAlgorithm, float]:
-    """The model continued from `directory`'s newest save (with its env's statistics), and its seconds so far."""
+    """The model continued from `directory`'s newest save (with its env's statistics), and its seconds so far (those
+    of the save before it, where a kill fell between the two writes)."""
     progress = json.loads((directory / "progress.json").read_text())
     env = model.get_env()
     if isinstance(env, VecNormalize):
         env = VecNormalize.load(str(directory / "vecnormalize.pkl"), env.venv)
-    loaded = type(model).load(directory / "model.zip", env=env, device="cpu")
-    loaded.num_timesteps = progress["steps"]
+    loaded = type(model).load(directory / "model.zip", env=env, device="cpu")  # its num_timesteps from the zip
     return loaded, progress["seconds"]
 
 

@@ -202,21 +202,25 @@ def test_a_study_whose_baseline_lies_outside_the_space_is_continued(tmp_path):
 
 
 def test_enqueued_configurations_train_after_the_baseline_with_their_other_values_fixed(tmp_path):
-    """hydra.sweeper.enqueue: trials 1 and 2 train its two configurations, in order, after the baseline. A value
-    in the space is the trial's Optuna parameter; one outside it (lr 0.5) or of a key the study does not search
-    (gamma, n_envs) is a fixed value the trial's job gets; trial 3 samples."""
-    sweep, launcher = sweep_of(tmp_path, {n: (0.05, "complete", 1000) for n in range(4)}, n_trials=4, n_jobs=1,
-                               baseline={"agent.lr": 7e-4},
-                               enqueue=[{"agent.lr": 1e-3, "agent.gamma": 0.95},
-                                        {"agent.lr": 0.5, "env.n_envs": 16}])
-    sweep.run(["agent.lr=tag(log,interval(1e-4,1e-2))"])
+    """hydra.sweeper.enqueue: after the baseline, its two configurations, in order, one trial each. A value in the
+    space is the trial's Optuna parameter; one outside it (lr 0.5) or of a key the study does not search (gamma)
+    is a fixed value the trial's job gets, but the command line's own values win (env.n_envs=4). A study stopped
+    after two trials, continued, trains the second configuration next (not the baseline again), then samples."""
+    plan = {n: (0.05, "complete", 1000) for n in range(4)}
+    settings = dict(n_jobs=1, baseline={"agent.lr": 7e-4},
+                    enqueue=[{"agent.lr": 1e-3, "agent.gamma": 0.95}, {"agent.lr": 0.5, "env.n_envs": 16}])
+    overrides = ["agent.lr=tag(log,interval(1e-4,1e-2))", "env.n_envs=4"]
+    first, _ = sweep_of(tmp_path, plan, n_trials=2, **settings)
+    first.run(overrides)
+    sweep, launcher = sweep_of(tmp_path, plan, n_trials=4, **settings)
+    sweep.run(overrides)
     trials = study_trials(tmp_path)
     assert [t.params for t in trials[:3]] == [{"agent.lr": 7e-4}, {"agent.lr": 1e-3}, {}]
-    assert [t.user_attrs.get("baseline_values") for t in trials] == [
-        None, {"agent.gamma": 0.95}, {"agent.lr": 0.5, "env.n_envs": 16}, None]
+    assert [t.user_attrs.get("baseline_values") for t in trials] == [None, {"agent.gamma": 0.95}, {"agent.lr": 0.5},
+                                                                     None]
     assert "agent.lr" in trials[3].params and trials[3].params["agent.lr"] not in (7e-4, 1e-3)
-    assert {"agent.lr=0.001", "agent.gamma=0.95"} <= set(launcher.given["trial_1"])
-    assert {"agent.lr=0.5", "env.n_envs=16"} <= set(launcher.given["trial_2"])
+    assert {"agent.lr=0.5", "env.n_envs=4"} <= set(launcher.given["trial_2"])
+    assert "env.n_envs=16" not in launcher.given["trial_2"]
 
 
 def test_the_baseline_keeps_the_pairs_group_choices(monkeypatch):
@@ -275,20 +279,26 @@ def test_autotune_rungs_start_after_the_warm_up_and_leave_room_for_the_trials_ru
 
 
 def test_the_portfolio_takes_your_presets_first_then_the_nearest_training_length_and_skips_repeats(monkeypatch):
-    """Candidates for a pair of 1e6 steps, limit 3: your own preset first whatever its length; then |log(steps /
-    1e6)|: 5e5 (0.69) before 4e5 (0.92) before 3e6 (1.10); one whose values are the baseline's, or an earlier
-    candidate's, is no trial of its own."""
+    """Candidates for a pair of 1e6 steps (lr searched; its untuned lr 7e-4, gamma 0.99), limit 3: your own preset
+    first whatever its length; then |log(steps / 1e6)|: 5e5 (0.69) before 4e5 (0.92) before 3e6 (1.10). A
+    candidate keeps its unsearched values only where they differ from the pair's (gamma 0.99 goes, 0.9 stays); one
+    that trains the pair's own values (lr 7e-4 and gamma 0.99: trial 0), or an earlier candidate's, is skipped."""
     import rlexp.portfolio as portfolio
     from rlexp.portfolio import Candidate
 
     found = [Candidate("a2c_far", False, 10_000, {"agent.lr": 1.0}),
-             Candidate("a2c_long", False, 3_000_000, {"agent.lr": 2.0}),
-             Candidate("a2c_same_as_baseline", False, 1_000_000, {"agent.lr": 7e-4}),
-             Candidate("a2c_near", False, 500_000, {"agent.lr": 3.0}),
+             Candidate("a2c_long", False, 3_000_000, {"agent.lr": 2.0, "agent.gamma": 0.9}),
+             Candidate("a2c_same_as_the_pair", False, 1_000_000, {"agent.lr": 7e-4, "agent.gamma": 0.99}),
+             Candidate("a2c_near", False, 500_000, {"agent.lr": 3.0, "agent.gamma": 0.99}),
              Candidate("a2c_near_repeat", False, 400_000, {"agent.lr": 3.0}),
              Candidate("a2c_mine", True, 10, {"agent.lr": 4.0})]
     monkeypatch.setattr(portfolio, "candidates", lambda *args: found)
-    chosen = portfolio.portfolio("a2c", "MountainCar-v0", "discrete_vector", {"agent.lr"}, {"agent.lr": 7e-4},
-                                 1_000_000, 3, 0)
-    assert [c.name for c in chosen] == ["a2c_mine", "a2c_near", "a2c_long"]
-    assert portfolio.portfolio("a2c", "MountainCar-v0", "discrete_vector", {"agent.lr"}, {}, 1_000_000, 0, 0) == []
+    untuned = {"agent.lr": 7e-4, "agent.gamma": 0.99}
+
+    def pair(keys):
+        return {k: v for k, v in untuned.items() if k in keys}
+
+    chosen = portfolio.portfolio("a2c", "MountainCar-v0", "discrete_vector", {"agent.lr"}, pair, 1_000_000, 3, 0)
+    assert [(c.name, c.values) for c in chosen] == [("a2c_mine", {"agent.lr": 4.0}), ("a2c_near", {"agent.lr": 3.0}),
+                                                    ("a2c_long", {"agent.lr": 2.0, "agent.gamma": 0.9})]
+    assert portfolio.portfolio("a2c", "MountainCar-v0", "discrete_vector", {"agent.lr"}, pair, 1_000_000, 0, 0) == []

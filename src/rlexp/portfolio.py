@@ -7,7 +7,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 from omegaconf import DictConfig, OmegaConf
 
@@ -55,7 +55,7 @@ def preset_values(config: DictConfig, group_choices: dict[str, str], keys: set[s
     return values
 
 
-def own_keys(path: Any) -> set[str]:
+def set_keys(path: Any) -> set[str]:
     """The hyperparameters a tuned preset sets: its agent, model and buffer keys, env.n_envs (the rest of env is
     the other env's own), and the model/buffer presets its `defaults` pick."""
     preset = OmegaConf.load(path)
@@ -68,6 +68,9 @@ def own_keys(path: Any) -> set[str]:
     return keys
 
 
+BUDGET_KEYS = ("buffer.initial_size",)  # shape the study's rungs (autotune sizes them from the pair's): kept unless searched
+
+
 def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) -> list[Candidate]:
     """The agent's tuned presets for envs of `kind` (<actions>_<observations>) other than `env_id`."""
     from hydra import compose
@@ -77,35 +80,43 @@ def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) ->
 
     found = []
     for name, env in tuned_presets(agent):
+        path, own = hydra_preset("tuned", name)
         try:
             config = compose(config_name=HydraConfig.get().job.config_name,
                              overrides=[f"agent={agent}", f"env={env}"], return_hydra_config=True)
             if str(config.env.id) == env_id or env_kind(config.env, seed) != kind:
                 continue
+            wanted = keys | {key for key in set_keys(path) if key not in BUDGET_KEYS}
         except Exception as error:  # noqa: BLE001 - a preset that doesn't compose, an env this machine can't make
-            log.debug(f"portfolio: tuned/{name}.yaml skipped: {error}")  # (no MuJoCo, no ROMs): not a candidate
+            # (no MuJoCo, no ROMs): not a candidate; said aloud for your own presets
+            (log.warning if own else log.debug)(f"portfolio: tuned/{name}.yaml skipped: {error}")
             continue
         group_choices = {k: str(v) for k, v in config.hydra.runtime.choices.items()}
-        path, own = hydra_preset("tuned", name)
         found.append(Candidate(name, own, int(float(config.run.max_steps)),
-                               preset_values(config, group_choices, keys | own_keys(path))))
+                               preset_values(config, group_choices, wanted)))
     return found
 
 
-def portfolio(agent: str, env_id: str, kind: str, keys: set[str], baseline: dict[str, Any], max_steps: int,
-              limit: int, seed: int) -> list[Candidate]:
-    """Up to `limit` candidates, each with values unlike the baseline's and the earlier ones': the user's own
-    presets first, then those tuned for a training length nearest the pair's (run.max_steps), then by name. A
-    candidate's searched values are the trial's Optuna parameters where they lie in the search space; the others,
-    and the values of keys the study does not search, it trains as fixed values (as the baseline's)."""
+def portfolio(agent: str, env_id: str, kind: str, keys: set[str], pair: Callable[[set[str]], dict[str, Any]],
+              max_steps: int, limit: int, seed: int) -> list[Candidate]:
+    """Up to `limit` candidates: the user's own presets first, then those tuned for a training length nearest the
+    pair's (run.max_steps), then by name. A candidate keeps the searched keys' values, and of the keys it sets
+    itself those that differ from the pair's (`pair(keys)`: the pair's own values of those keys); one that would
+    train what the pair trains untuned (trial 0), or what an earlier candidate trains, is skipped. Its searched
+    values are the trial's Optuna parameters where they lie in the search space; the others, and the values of
+    keys the study does not search, it trains as fixed values (as the baseline's)."""
     if limit <= 0 or not keys:
         return []
     ranked = sorted(candidates(agent, env_id, kind, keys, seed),
                     key=lambda c: (not c.own, abs(math.log(max(c.max_steps, 1) / max(max_steps, 1))), c.name))
     chosen: list[Candidate] = []
     for candidate in ranked:
-        if candidate.values != baseline and all(candidate.values != c.values for c in chosen):
-            chosen.append(candidate)
+        untuned = pair(set(candidate.values))
+        values = {k: v for k, v in candidate.values.items() if k in keys or untuned.get(k, object()) != v}
+        if all(untuned.get(k, object()) == v for k, v in values.items()):
+            continue  # the pair's own values: trial 0 trains them
+        if all(values != c.values for c in chosen):
+            chosen.append(Candidate(candidate.name, candidate.own, candidate.max_steps, values))
         if len(chosen) == limit:
             break
     return chosen

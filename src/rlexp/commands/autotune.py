@@ -41,7 +41,8 @@ class Budget:
     """The study's size: at most `trials` trials on `seeds` seeds each, within `budget` x `max_steps` env steps
     in all. Successive halving compares trials at `rungs` lengths, `eval_interval` x 1, 3, 9, ... env steps up
     to `trial_steps`, each an evaluation of `eval_episodes` episodes (greedy or sampled actions:
-    `eval_deterministic`, as run.eval_deterministic); a third of a rung's trials go on to the next."""
+    `eval_deterministic`, as run.eval_deterministic); a third of a rung's trials go on to the next. Trials 1 to
+    `portfolio` train the agent's tuned presets for other envs of the kind (rlexp.portfolio)."""
 
     budget: float
     max_steps: int
@@ -54,7 +55,7 @@ class Budget:
     eval_deterministic: bool | str = False
     learning_start: int = 0    # buffer.initial_size: random steps before an off-policy trial learns
     final_deterministic: bool | str = "auto"  # a trial's final evaluation (its score): as the pair's training's
-    portfolio: int = 0          # trials after the baseline that train the agent's tuned values for similar envs
+    portfolio: int = 4          # trials after the baseline that train the agent's tuned values for similar envs
 
     @property
     def rung_steps(self) -> list[int]:
@@ -114,9 +115,9 @@ def autotune(cfg: DictConfig) -> float:
     config_dir = user_config_dir(sys.argv[1:])
     if config_dir is None:
         return with_default_dir(str(cfg.autotune.get("config_dir") or "rlexp_conf"))
-    starts = portfolio(agent, str(cfg.env.id), pair_kind(cfg), searched, baseline, budget.max_steps,
-                       min(budget.portfolio, budget.trials - 1), int(cfg.seed))
     check_config_dir(config_dir, ("tuned", "env") if env_text is not None else ("tuned",))
+    starts = portfolio(agent, str(cfg.env.id), pair_kind(cfg), searched, lambda keys: baseline_values(trial_cfg, keys),
+                       budget.max_steps, portfolio_size(budget, overrides), int(cfg.seed))
     study = f"autotune_{agent}_{env_name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     sweep_dir = original_cwd() / "multirun" / study
     seeds = f"{budget.seeds} seed{'s' if budget.seeds > 1 else ''}"
@@ -269,9 +270,19 @@ def check_budget(cfg: DictConfig, max_steps: int, learning_start: int = 0, slots
                         f"{warmup}; raise autotune.budget or run.max_steps, or lower autotune.trials, autotune.seeds "
                         "or autotune.rungs" + (", or set a smaller buffer.initial_size" if learning_start else ""))
     final = OmegaConf.select(cfg, "run.eval_deterministic", default="auto")
-    portfolio_size = int(_number("autotune.portfolio", section.get("portfolio", 0), minimum=0, integer=True))
+    portfolio_size = int(_number("autotune.portfolio", section.get("portfolio", 4), minimum=0, integer=True))
     return Budget(budget, max_steps, trials, seeds, rungs, learning_start + first_rung * 3 ** (rungs - 1), first_rung,
                   episodes, deterministic, learning_start, "auto" if final is None else final, portfolio_size)
+
+
+def portfolio_size(budget: Budget, overrides: Overrides) -> int:
+    """The portfolio's trials: autotune.portfolio, fewer than the study's trials; none where your command line
+    sets the first trials itself (hydra.sweeper.baseline or enqueue) or picks the grid sampler, which runs its
+    points only."""
+    own = ("hydra.sweeper.baseline=", "hydra.sweeper.enqueue=", "hydra/sweeper/sampler=grid")
+    if any(o.lstrip("+~").startswith(own) for o in overrides.study):
+        return 0
+    return min(budget.portfolio, budget.trials - 1)
 
 
 def pair_kind(cfg: DictConfig) -> str:

@@ -51,6 +51,14 @@ class Running:
         return len(self.ended) == len(self.jobs)
 
 
+FIRST_ATTR = "first_trial"  # a baseline's or enqueued trial: the values it was asked to train (first_key)
+
+
+def first_key(values: Mapping[str, Any]) -> str:
+    """One of the study's first trials, named by its values (so that a continued study knows which it has)."""
+    return json.dumps({str(k): v for k, v in values.items()}, sort_keys=True, default=str)
+
+
 class OptunaSweep(Checks, Confirmation, Report):
     """The sweep itself; `RlexpOptunaSweeper` (the Hydra plugin) hands it its config, launcher and arguments."""
 
@@ -279,13 +287,17 @@ class OptunaSweep(Checks, Confirmation, Report):
                 if not left:
                     return None
                 study.enqueue_trial(left[0])
-            elif len(trials) < len(self.first_trials):
-                baseline = len(trials) == 0 and bool(self.s.get("baseline"))
-                inside, rest = baseline_params(self.first_trials[len(trials)], self.distributions,
-                                               unsearched=not baseline)
+            first = None if self.is_grid else self.next_first(trials)
+            if first is not None:
+                is_baseline, values = first
+                inside, rest = baseline_params(values, self.distributions, unsearched=not is_baseline)
+                fixed = {key.lstrip("+~") for key in self.fixed}  # the command line's values win
+                rest = {key: value for key, value in rest.items() if key not in fixed}
                 study.enqueue_trial(inside)
-                self.say_first(len(trials), inside, rest)
+                self.say_first(len(trials), is_baseline, inside, rest)
             trial = study.ask()
+            if first is not None:
+                trial.set_user_attr(FIRST_ATTR, first_key(first[1]))
             if rest:
                 trial.set_user_attr(BASELINE_ATTR, rest)
             if self.cap:
@@ -299,15 +311,20 @@ class OptunaSweep(Checks, Confirmation, Report):
         taken = [t.params for t in counted if t.state != TrialState.FAIL] + self.failed_points
         return [p for p in grid_points(self.distributions) if p not in taken]
 
-    @property
-    def first_trials(self) -> list[dict[str, Any]]:
-        """What a new study trains first, in order: the baseline, then hydra.sweeper.enqueue's configurations."""
-        return ([dict(self.s["baseline"])] if self.s.get("baseline") else []) + list(self.s.get("enqueue") or [])
+    def next_first(self, trials: list[optuna.trial.FrozenTrial]) -> tuple[bool, dict[str, Any]] | None:
+        """The next of the study's first trials no trial has trained yet, (is it the baseline, its values): the
+        baseline (a new study's trial 0), then hydra.sweeper.enqueue's configurations in order. A continued study
+        trains those it lacks; a study made before trials were marked has had its baseline."""
+        taken = {t.user_attrs.get(FIRST_ATTR) for t in trials}
+        baseline = self.s.get("baseline")
+        if baseline and trials and taken == {None}:
+            taken.add(first_key(dict(baseline)))
+        firsts = ([(True, dict(baseline))] if baseline else []) + [(False, dict(e)) for e in self.s.get("enqueue") or []]
+        return next((first for first in firsts if first_key(first[1]) not in taken), None)
 
-    def say_first(self, number: int, inside: dict[str, Any], rest: dict[str, Any]) -> None:
+    def say_first(self, number: int, is_baseline: bool, inside: dict[str, Any], rest: dict[str, Any]) -> None:
         sampled = sorted(set(self.distributions) - set(inside) - set(rest))
-        what = "the baseline" if number == 0 and self.s.get("baseline") else "enqueued values"
-        log.info(f"trial {number} trains {what}: "
+        log.info(f"trial {number} trains {'the baseline' if is_baseline else 'enqueued values'}: "
                  + " ".join(f"{k}={_format(v) if isinstance(v, float) else v}" for k, v in {**inside, **rest}.items())
                  + (f" (outside the search space: {', '.join(rest)})" if rest else "")
                  + (f"; sampled: {', '.join(sampled)}" if sampled else ""))
