@@ -106,7 +106,8 @@ def autotune(cfg: DictConfig) -> float:
     agent, overrides = choices()["agent"], split_overrides(command_overrides())
     env_name, env_text = env_preset(cfg, overrides.env)
     trial_cfg = check_pair(cfg)
-    space = check_space(agent, overrides.space, cfg)
+    kind = pair_kind(cfg)  # one env made to see its actions and observations: the space's and the portfolio's
+    space = check_space(agent, overrides.space, kind)
     searched = searched_keys(space, overrides)
     learning_start = 0 if "buffer.initial_size" in searched else int(
         OmegaConf.select(trial_cfg, "buffer.initial_size", default=0) or 0)
@@ -116,7 +117,7 @@ def autotune(cfg: DictConfig) -> float:
     if config_dir is None:
         return with_default_dir(str(cfg.autotune.get("config_dir") or "rlexp_conf"))
     check_config_dir(config_dir, ("tuned", "env") if env_text is not None else ("tuned",))
-    starts = portfolio(agent, str(cfg.env.id), pair_kind(cfg), searched, lambda keys: baseline_values(trial_cfg, keys),
+    starts = portfolio(agent, str(cfg.env.id), kind, searched, lambda keys: baseline_values(trial_cfg, keys),
                        budget.max_steps, portfolio_size(budget, overrides), int(cfg.seed))
     study = f"autotune_{agent}_{env_name}_{time.strftime('%Y-%m-%d_%H-%M-%S')}"
     sweep_dir = original_cwd() / "multirun" / study
@@ -292,13 +293,13 @@ def pair_kind(cfg: DictConfig) -> str:
     return env_kind(cfg.env, int(cfg.seed))
 
 
-def check_space(agent: str, space: str | None, cfg: DictConfig | None = None) -> str:
+def check_space(agent: str, space: str | None, kind: str | None = None) -> str:
     """The search space's preset: +sweep=<name>, else sweep/<agent>_<continuous|discrete>.yaml where there is one
     for the env's actions (a2c_continuous: gSDE), else sweep/<agent>.yaml (the user's own or rlexp's)."""
-    if space is None and cfg is not None:
-        kind = pair_kind(cfg).split("_")[0]
-        if preset_exists("sweep", f"{agent}_{kind}"):
-            return f"{agent}_{kind}"
+    if space is None and kind is not None:
+        actions = kind.split("_")[0]
+        if preset_exists("sweep", f"{agent}_{actions}"):
+            return f"{agent}_{actions}"
     name = space or agent
     if not preset_exists("sweep", name):
         given = f"+sweep={space}" if space else f"agent={agent}"
