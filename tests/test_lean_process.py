@@ -21,7 +21,28 @@ history.append(1, 10, 0.5, 20.0, 20.0, 20.0)
 history.flush()
 print([name for name in KERAS_EXTRAS if name in sys.modules])
 import pandas  # refused only while Keras imports
-print(pandas.read_parquet(sys.argv[1])["step"].tolist())
+from rlexp.history import read_frame
+print(read_frame(sys.argv[1])["step"].tolist())
+"""
+
+THREADS = """
+import os, sys
+from pathlib import Path
+from rlexp.evaluation import Evaluator
+from rlexp.history import History
+from rlexp.plotting import load_run
+from rlexp.sweep.scheduler import steps_on_disk
+
+run = Path(sys.argv[1])
+history = History(run / "history.parquet")
+history.append(1, 10, 0.5, 20.0, 20.0, 20.0)
+history.flush()
+History(run / "evaluations.parquet").flush(force=True)  # an evaluations file of the same layout: rows enough
+before = len(os.listdir("/proc/self/task"))
+evaluator = Evaluator(lambda: None, interval=5, episodes=1, run_dir=run)
+evaluator.restore(10)
+print(len(History.load(run / "history.parquet")), load_run(run).history["step"].tolist(), steps_on_disk(run),
+      evaluator.next_step, len(os.listdir("/proc/self/task")) - before)
 """
 
 
@@ -30,6 +51,15 @@ def test_keras_imports_without_its_extras_and_the_history_without_pandas(tmp_pat
                          text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.splitlines() == ["[]", "[10]"]
+
+
+def test_reading_a_history_starts_no_thread_that_could_abort_the_exit(tmp_path):
+    """Arrow's thread pools, once started, can end a process that did all its work with SIGABRT at its exit
+    (apache/arrow#34314): a resumed run, the sweeper counting a trial's steps and the results commands read
+    parquet files on their own thread."""
+    out = subprocess.run([sys.executable, "-c", THREADS, str(tmp_path)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["1", "[10]", "10", "15", "0"]
 
 
 def test_history_file_reads_back_as_pandas_wrote_it(tmp_path):

@@ -49,9 +49,9 @@ class Evaluator:
     def restore(self, steps: int) -> None:
         """On resume: the evaluations up to the checkpoint's step, and the next one after it."""
         if self.path is not None and self.path.exists():
-            import pandas as pd
+            from rlexp.history import read_frame
 
-            frame = pd.read_parquet(self.path)
+            frame = read_frame(self.path)
             self.rows = frame[frame["step"] <= steps].to_dict("records")
         self.next_step = (steps // self.interval + 1) * self.interval
 

@@ -13,6 +13,7 @@ from rlexp.files import write_atomic
 
 if TYPE_CHECKING:
     import pandas as pd
+    import pyarrow as pa
 
 COLUMNS = ("episode", "step", "time", "episode_reward", "mean_reward", "best_reward")
 TYPECODES = {"episode": "q", "step": "q"}  # int64; the rest float64 ("d")
@@ -57,11 +58,9 @@ class History:
     @classmethod
     def load(cls, path: str | Path, max_step: int | None = None) -> "History":
         """Read a history file, keeping only rows up to `max_step` (the resumed checkpoint's step)."""
-        import pandas as pd
-
         history = cls(path)
         if Path(path).exists():
-            df = pd.read_parquet(path)
+            df = read_frame(path)
             if max_step is not None:
                 df = df[df["step"] <= max_step]
             history.replace({c: df[c].tolist() for c in COLUMNS})
@@ -82,6 +81,20 @@ def write_parquet(path: str | Path, columns: Mapping[str, array]) -> None:
                                     [None, pa.py_buffer(values.tobytes())]) for values in columns.values()]
     table = pa.Table.from_arrays(arrays, names=list(columns))
     write_atomic(path, lambda f: pq.write_table(table, f))
+
+
+def read_parquet(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
+    """A parquet file as an Arrow table, read on the calling thread: Arrow's thread pools, once started, can
+    abort the process at its exit (apache/arrow#34314: "terminate called without an active exception")."""
+    import pyarrow.parquet as pq
+
+    with pq.ParquetFile(path, pre_buffer=False) as file:
+        return file.read(columns=columns, use_threads=False)
+
+
+def read_frame(path: str | Path) -> pd.DataFrame:
+    """A parquet file as a DataFrame (`read_parquet`, converted on the calling thread)."""
+    return read_parquet(path).to_pandas(use_threads=False)
 
 
 def plot_history(histories: Mapping[str, Mapping[str, Any]], path: str | Path) -> None:

@@ -17,6 +17,7 @@ from omegaconf import OmegaConf
 from rlexp.errors import UserError
 from rlexp.rundirs import with_legacy_defaults
 from rlexp.files import write_atomic
+from rlexp.history import read_frame
 from rlexp.rundirs import flat
 
 GRID_POINTS = 200
@@ -88,8 +89,8 @@ def load_run(path: Path) -> Run:
     evaluations = path / "evaluations.parquet"
     summary = path / "summary.json"
     final = json.loads(summary.read_text()).get("final_eval") if summary.exists() else None
-    return Run(path, config, pd.read_parquet(path / "history.parquet"),
-               pd.read_parquet(evaluations) if evaluations.exists() else None, final)
+    return Run(path, config, read_frame(path / "history.parquet"),
+               read_frame(evaluations) if evaluations.exists() else None, final)
 
 
 def group_runs(runs: list[Run]) -> list[Group]:

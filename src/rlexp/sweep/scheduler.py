@@ -74,9 +74,10 @@ def steps_on_disk(run_dir: Path) -> int:
         return 0
     try:
         import pyarrow.compute as pc
-        import pyarrow.parquet as pq
 
-        steps = pq.read_table(history, columns=["step"])["step"]
+        from rlexp.history import read_parquet
+
+        steps = read_parquet(history, columns=["step"])["step"]
         return int(pc.max(steps).as_py() or 0) if len(steps) else 0
     except Exception:  # noqa: BLE001 - a history cut short by the kill
         return 0
