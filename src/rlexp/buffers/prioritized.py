@@ -8,56 +8,9 @@ from typing import Any
 import numpy as np
 
 from rlexp.buffers.replay import NStepReplayBuffer, ReplayBuffer
+from rlexp.buffers.sumtree import SumTree
 from rlexp.errors import UserError
 from rlexp.memory import Need, human
-
-
-class SumTree:
-    """Sums and minima of leaf values in two binary trees stored as arrays (node i's children are 2i and
-    2i + 1; leaf j is node `first_leaf + j`), updated and searched for many leaves at once with NumPy."""
-
-    def __init__(self, capacity: int) -> None:
-        self.capacity = int(capacity)
-        self.depth = max(self.capacity - 1, 0).bit_length()
-        self.first_leaf = 1 << self.depth
-        self.sums = np.zeros(2 * self.first_leaf)
-        self.mins = np.full(2 * self.first_leaf, np.inf)  # an empty leaf never is the minimum
-
-    @property
-    def total(self) -> float:
-        return float(self.sums[1])
-
-    @property
-    def min(self) -> float:
-        return float(self.mins[1])
-
-    def leaves(self, idx: np.ndarray) -> np.ndarray:
-        return self.sums[self.first_leaf + np.asarray(idx, np.int64)]
-
-    def update(self, idx: np.ndarray, values: np.ndarray) -> None:
-        """Set leaves `idx` to `values` (a repeated index takes its last value), then their ancestors (a
-        parent shared by several is written as often, with the same value: cheaper than deduplicating)."""
-        sums, mins = self.sums, self.mins
-        nodes = self.first_leaf + np.asarray(idx, np.int64)
-        sums[nodes] = values
-        mins[nodes] = values
-        for _ in range(self.depth):
-            left = nodes & -2
-            right, nodes = left + 1, nodes >> 1
-            sums[nodes] = sums[left] + sums[right]
-            mins[nodes] = np.minimum(mins[left], mins[right])
-
-    def find(self, masses: np.ndarray) -> np.ndarray:
-        """For each mass in [0, total): the leaf j with sum(leaves < j) <= mass < sum(leaves <= j)."""
-        nodes = np.ones(len(masses), np.int64)
-        masses = np.asarray(masses, np.float64)
-        for _ in range(self.depth):
-            left = 2 * nodes
-            left_sums = self.sums[left]
-            right = masses >= left_sums
-            masses = np.where(right, masses - left_sums, masses)
-            nodes = left + right
-        return nodes - self.first_leaf
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
