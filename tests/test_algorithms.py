@@ -133,6 +133,47 @@ def test_trpo_line_search_keeps_kl_bound_or_reverts():
     assign_flat(agent.actor_variables(), tf.constant(params))
 
 
+def lander_trpo(**kwargs):
+    """TRPO on LunarLanderContinuous (2 action dimensions), log std 0.5 in each."""
+    envs = make_envs("LunarLanderContinuous-v3", n_envs=2, seed=0)
+    model = {"layers": [{"type": "dense", "units": 8, "activation": "tanh"}, {"type": "dense", "output": True}]}
+    return TRPO(envs, model=model, seed=0, n_steps=16, mini_batches=2, log_std_init=0.5, **kwargs)
+
+
+@pytest.mark.parametrize("reduction, per_dimension", [("mean", 0.5), ("sum", 1.0)])
+def test_trpo_gaussian_kl_is_sb3s_mean_over_action_dimensions(reduction, per_dimension):
+    """SB3's TRPO averages the per-dimension KL over batch and action dimensions, so its target_kl and
+    cg_damping (RL Zoo's values) are per dimension. The Fisher information of log sigma is 2 per dimension
+    for any Gaussian: the product with a log-std unit vector is 2 x 1/2 (mean over 2 dimensions) or 2 (sum)."""
+    agent = lander_trpo(cg_damping=0.0, kl_reduction=reduction)
+    obs = tf.constant(np.random.default_rng(0).normal(size=(8, 8)).astype(np.float32))
+    old = tuple(tf.stop_gradient(p) for p in agent.dist_params(agent.actor_out(obs)))
+    variables = agent.actor_variables()
+    unit = np.zeros(sum(int(np.prod(v.shape)) for v in variables), np.float32)
+    unit[-2] = 1.0  # the first action dimension's log std (the last variable)
+    product = agent.fisher_vector_product(obs, old, tf.constant(unit)).numpy()
+    np.testing.assert_allclose(product[-2:], [2.0 * per_dimension, 0.0], atol=1e-5)
+
+
+def test_trpo_accepted_step_keeps_the_per_dimension_kl_under_max_kl():
+    """The accepted step's KL, written out for diagonal Gaussians in NumPy and averaged over rows and action
+    dimensions, stays under max_kl; summed over the dimensions it may pass it."""
+    agent = lander_trpo(max_kl=0.01)
+    batch = agent.collect()
+    obs, actions = tf.reshape(batch["obs"], (-1, 8)), tf.reshape(batch["actions"], (-1, 2))
+    log_probs = tf.reshape(batch["log_probs"], (-1,))
+    advantages = tf.constant(np.random.default_rng(0).normal(size=32).astype(np.float32))
+    mean0, log_std0 = (np.broadcast_to(p.numpy(), (32, 2)) for p in agent.gaussian(agent.actor_out(obs)))
+    metrics = tf.function(agent.update_actor)(obs, actions, log_probs, advantages)
+    mean1, log_std1 = (np.broadcast_to(p.numpy(), (32, 2)) for p in agent.gaussian(agent.actor_out(obs)))
+    var0, var1 = np.exp(2 * log_std0), np.exp(2 * log_std1)
+    per_dimension = log_std1 - log_std0 + (var0 + (mean0 - mean1) ** 2) / (2 * var1) - 0.5
+    assert metrics["step_accepted"] == 1.0
+    assert per_dimension.mean() <= 0.01 + 1e-6
+    assert per_dimension.sum(axis=1).mean() > 0.01
+    np.testing.assert_allclose(float(metrics["kl"]), per_dimension.mean(), rtol=1e-3)
+
+
 def test_soft_update():
     target, source = tf.Variable([0.0, 10.0]), tf.Variable([1.0, 0.0])
     soft_update([target], [source], 0.1)

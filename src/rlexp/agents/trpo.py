@@ -51,6 +51,9 @@ class TRPO(OnPolicyAgent):
     Args (besides `OnPolicyAgent`'s):
         lam: GAE lambda.
         max_kl: bound on the mean KL(old || new) of an actor step.
+        kl_reduction: a Gaussian policy's KL over its action dimensions: "mean" (SB3's TRPO: its target_kl and
+            cg_damping, RL Zoo's tuned values among them, mean the same here) or "sum" (the joint
+            distribution's KL, as Schulman et al.); the same for one-dimensional and discrete actions.
         cg_iterations, cg_residual_tolerance: conjugate gradient limits.
         cg_damping: added to the Fisher-vector product (F + damping I) v.
         actor_iterations: backtracking line-search steps (step halves each time).
@@ -65,8 +68,11 @@ class TRPO(OnPolicyAgent):
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 512, lam: float = 1.0, max_kl: float = 1e-3,
                  cg_iterations: int = 10, cg_damping: float = 1e-3, cg_residual_tolerance: float = 1e-10,
                  actor_iterations: int = 10, critic_iterations: int = 3, fvp_n_steps: int = 5,
-                 entropy_coef: float = 0.0, mini_batches: int = 4, advantage_epsilon: float = 1e-8, **kwargs) -> None:
-        self.lam, self.max_kl = float(lam), float(max_kl)
+                 entropy_coef: float = 0.0, mini_batches: int = 4, advantage_epsilon: float = 1e-8,
+                 kl_reduction: str = "mean", **kwargs) -> None:
+        if kl_reduction not in ("mean", "sum"):
+            raise UserError(f"agent.kl_reduction={kl_reduction} must be mean or sum")
+        self.lam, self.max_kl, self.kl_reduction = float(lam), float(max_kl), kl_reduction
         self.cg_iterations, self.cg_damping = int(cg_iterations), float(cg_damping)
         self.cg_residual_tolerance = float(cg_residual_tolerance)
         self.actor_iterations, self.critic_iterations = int(actor_iterations), int(critic_iterations)
@@ -112,6 +118,14 @@ class TRPO(OnPolicyAgent):
     def numpy_forward(self, weights, obs):
         return self._mirrors[0](weights[0], obs)[0], self._mirrors[1](weights[1], obs)[0][:, 0]
 
+    @no_autograph
+    def policy_kl(self, old: tuple[tf.Tensor, ...], new: tuple[tf.Tensor, ...]) -> tf.Tensor:
+        """Mean KL(old || new) over the batch, as `max_kl` bounds it (`kl_reduction`)."""
+        kl = tf.reduce_mean(self.kl(old, new))
+        if self.kl_reduction == "mean" and self.action_kind == "continuous":
+            kl /= float(self.n_actions)
+        return kl
+
     # ----- update ---------------------------------------------------------------------------------
     @no_autograph
     def surrogate(self, obs, actions, old_log_probs, advantages) -> tuple[tf.Tensor, tf.Tensor]:
@@ -123,11 +137,11 @@ class TRPO(OnPolicyAgent):
 
     @no_autograph
     def fisher_vector_product(self, obs: tf.Tensor, old: tuple[tf.Tensor, ...], vector: tf.Tensor) -> tf.Tensor:
-        """(F + cg_damping I) v, with F the Hessian of the mean KL(old || new) at the current parameters."""
+        """(F + cg_damping I) v, with F the Hessian of `policy_kl` at the current parameters."""
         variables = self.actor_variables()
         with tf.GradientTape() as outer:
             with tf.GradientTape() as inner:
-                kl = tf.reduce_mean(self.kl(old, self.dist_params(self.actor_out(obs))))
+                kl = self.policy_kl(old, self.dist_params(self.actor_out(obs)))
             grad_dot_v = tf.tensordot(flat_concat(inner.gradient(kl, variables)), vector, 1)
         return flat_concat(outer.gradient(grad_dot_v, variables)) + self.cg_damping * vector
 
@@ -149,7 +163,7 @@ class TRPO(OnPolicyAgent):
         for _ in tf.range(self.actor_iterations):
             assign_flat(variables, old_params + step_fraction * full_step)
             new_objective, out = self.surrogate(obs, actions, old_log_probs, advantages)
-            kl = tf.reduce_mean(self.kl(old, self.dist_params(out)))
+            kl = self.policy_kl(old, self.dist_params(out))
             if kl <= self.max_kl and new_objective > objective:
                 accepted = tf.constant(True)
                 break
