@@ -90,7 +90,15 @@ DIFFERENCES = {
         "1,850: 1,884.9 and 1,854.9, against 1,850.8 and 1,854.9 halving; on trpo-lunarlander-continuous-200k "
         "seeds 0-2 the same 212.6 / 168.9 / 225.4: there every first try is accepted, so the factor is not the "
         "cause of that gap)",
+        "KL units (the cause of the LunarLanderContinuous gap, fixed): SB3 averages a Gaussian policy's KL over "
+        "the action dimensions as well as the rows, so its target_kl and cg_damping are per dimension; rlexp summed "
+        "the dimensions, and with the same values took steps n_actions times smaller in KL (LunarLanderContinuous "
+        "2x, Hopper 3x, HalfCheetah 6x). rlexp's agent.kl_reduction=mean (the default) measures it as SB3 does: one "
+        "update from the same weights and rollout then moves the actor as sb3-contrib's does to 5e-5 (relative); "
+        "rows before that commit (60ee9ef, 654c23b) ran with the sum",
         "line-search KL: rlexp checks KL(old || new) <= bound, SB3 KL(new || old) < bound (the same Fisher matrix)",
+        "Adam's epsilon: Keras adds it to the uncorrected sqrt(v), PyTorch to the bias-corrected one, so in the "
+        "first few thousand critic steps rlexp's epsilon weighs up to 1/sqrt(1 - 0.999^t) times more",
         "conjugate gradient starts from zeros in rlexp, from 1e-4 Gaussian noise in SB3",
         "critic loss: half the MSE in rlexp, the MSE in SB3 (Adam makes the scale nearly moot)",
         "advantage normalisation: population std in rlexp, sample std (n-1) in SB3, both over the whole rollout",
