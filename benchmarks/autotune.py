@@ -40,6 +40,7 @@ PAIRS = {  # name: (learning case of the fallback at the same budget, RL Zoo's s
     "a2c-swimmer": ("fallback-a2c-swimmer", 200.627),
     "dqn-mountaincar": ("fallback-dqn-mountaincar", -100.8),
     "trpo-lunarlander": ("fallback-trpo-lunarlander", 133.166),
+    "ppo-lunarlandercontinuous": ("fallback-ppo-lunarlandercontinuous", 270.863),
 }
 
 
