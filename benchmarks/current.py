@@ -70,3 +70,13 @@ def write_table(name: str, title: str, body: str, started: str | None = None) ->
     tmp.write_text(text)
     tmp.replace(path)
     return path
+
+
+def rlexp(cwd: Path, *args: str) -> str:
+    """`python -m rlexp <args> run.progress=none` in `cwd`: its stdout; its output's tail as the exit message if it
+    fails."""
+    out = subprocess.run([sys.executable, "-m", "rlexp", *args, "run.progress=none"], cwd=cwd, capture_output=True,
+                         text=True)
+    if out.returncode:
+        raise SystemExit(f"python -m rlexp {' '.join(args)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
+    return out.stdout

@@ -11,7 +11,6 @@ from __future__ import annotations
 import argparse
 import re
 import shutil
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -19,7 +18,7 @@ from pathlib import Path
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from current import write_table  # noqa: E402
+from current import rlexp, write_table  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RUN_DIR = re.compile(r"run dir: (\S+)")
@@ -30,13 +29,6 @@ RUNS = {  # label: agent and options (besides the seed and the demonstrations)
     "dqn prioritized": ["agent=dqn", "buffer=prioritized"],
 }
 
-
-def rlexp(cwd: Path, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "rlexp", *args, "run.progress=none"], cwd=cwd, capture_output=True,
-                         text=True)
-    if out.returncode:
-        raise SystemExit(f"python -m rlexp {' '.join(args)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    return out.stdout
 
 
 def solved_at(history: pd.DataFrame, window: int | None = None, target: float = 475.0) -> int | None:

@@ -15,13 +15,12 @@ import argparse
 import re
 import shutil
 import statistics
-import subprocess
 import sys
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from current import write_table  # noqa: E402
+from current import rlexp, write_table  # noqa: E402
 
 HERE = Path(__file__).resolve().parent
 RUN_DIR = re.compile(r"run dir: (\S+)")
@@ -31,13 +30,6 @@ CASES = {  # agent: {buffer label: options}
     "dqfd": {"uniform": ["agent=dqfd", "buffer=dqfd_uniform"], "prioritized": ["agent=dqfd"]},
 }
 
-
-def rlexp(cwd: Path, *args: str) -> str:
-    out = subprocess.run([sys.executable, "-m", "rlexp", *args, "run.progress=none"], cwd=cwd, capture_output=True,
-                         text=True)
-    if out.returncode:
-        raise SystemExit(f"python -m rlexp {' '.join(args)} failed:\n{out.stdout[-2000:]}{out.stderr[-2000:]}")
-    return out.stdout
 
 
 def main() -> None:
