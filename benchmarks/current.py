@@ -48,7 +48,7 @@ def commit() -> str:
         return subprocess.run(["git", *args], cwd=RESULTS.parent, capture_output=True, text=True).stdout.strip()
 
     head = git("rev-parse", "--short", "HEAD") or "unknown"
-    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no", "src", "conf") else "")
+    return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no", "--", ":/src", ":/conf") else "")
 
 
 def now() -> str:
