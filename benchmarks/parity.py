@@ -90,12 +90,15 @@ DIFFERENCES = {
         "1,850: 1,884.9 and 1,854.9, against 1,850.8 and 1,854.9 halving; on trpo-lunarlander-continuous-200k "
         "seeds 0-2 the same 212.6 / 168.9 / 225.4: there every first try is accepted, so the factor is not the "
         "cause of that gap)",
-        "KL units (the cause of the LunarLanderContinuous gap, fixed): SB3 averages a Gaussian policy's KL over "
-        "the action dimensions as well as the rows, so its target_kl and cg_damping are per dimension; rlexp summed "
-        "the dimensions, and with the same values took steps n_actions times smaller in KL (LunarLanderContinuous "
-        "2x, Hopper 3x, HalfCheetah 6x). rlexp's agent.kl_reduction=mean (the default) measures it as SB3 does: one "
-        "update from the same weights and rollout then moves the actor as sb3-contrib's does to 5e-5 (relative); "
-        "rows before that commit (60ee9ef, 654c23b) ran with the sum",
+        "KL units (found by comparing one update step by step, benchmarks/trpo_step.py; fixed): SB3 averages a "
+        "Gaussian policy's KL over the action dimensions as well as the rows, so its target_kl and cg_damping are per "
+        "dimension; rlexp summed the dimensions and with the same values took steps n_actions times smaller in KL "
+        "(LunarLanderContinuous 2x, Hopper 3x, HalfCheetah 6x). With agent.kl_reduction=mean (the default) one update "
+        "from the same weights and rollout moves the actor as sb3-contrib's does to 5.5e-4 (relative). With the sum, "
+        "rlexp's LunarLanderContinuous seeds were 212.6 / 168.9 / 225.4 / 167.6 / 219.0 / 228.6 / 196.7 / 214.9 "
+        "(mean 204), HalfCheetah's 4854.5 / 1850.8 / 1854.9 / 1974.5 / 220.3, Hopper's 3461.2 / 2086.8 / 2284.2: "
+        "the mean is not better on LunarLanderContinuous (170), better on HalfCheetah and Hopper; SB3's seeds 3 and 4 "
+        "(80.2, 227.4) put both LunarLanderContinuous means inside the other side's spread",
         "line-search KL: rlexp checks KL(old || new) <= bound, SB3 KL(new || old) < bound (the same Fisher matrix)",
         "Adam's epsilon: Keras adds it to the uncorrected sqrt(v), PyTorch to the bias-corrected one, so in the "
         "first few thousand critic steps rlexp's epsilon weighs up to 1/sqrt(1 - 0.999^t) times more",
