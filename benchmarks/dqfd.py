@@ -17,6 +17,8 @@ from pathlib import Path
 
 import pandas as pd
 
+from rlexp.history import read_frame
+
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from current import rlexp, write_table  # noqa: E402
 
@@ -28,7 +30,6 @@ RUNS = {  # label: agent and options (besides the seed and the demonstrations)
     "dqn": ["agent=dqn"],
     "dqn prioritized": ["agent=dqn", "buffer=prioritized"],
 }
-
 
 
 def solved_at(history: pd.DataFrame, window: int | None = None, target: float = 475.0) -> int | None:
@@ -55,7 +56,7 @@ def main() -> None:
         for agent, options in RUNS.items():
             extra = [f"agent.demos={demos}"] if agent.startswith("dqfd") else []
             stdout = rlexp(work, *options, "env=cartpole", f"seed={seed}", *extra)
-            history = pd.read_parquet(Path(RUN_DIR.search(stdout).group(1)) / "history.parquet")
+            history = read_frame(Path(RUN_DIR.search(stdout).group(1)) / "history.parquet")
             curves[(agent, seed)] = history
             eval_mean = re.search(r"eval (-?[\d.]+)", stdout).group(1)
             rows.append(dict(agent=agent, seed=seed, solved_at=solved_at(history), last10_at=solved_at(history, 10),

@@ -31,7 +31,6 @@ CASES = {  # agent: {buffer label: options}
 }
 
 
-
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--repeats", type=int, default=3)

@@ -5,7 +5,9 @@ import sys
 
 import numpy as np
 import pandas as pd
+import pytest
 
+from rlexp.errors import UserError
 from rlexp.history import History
 
 CHILD = """
@@ -60,6 +62,13 @@ def test_reading_a_history_starts_no_thread_that_could_abort_the_exit(tmp_path):
     out = subprocess.run([sys.executable, "-c", THREADS, str(tmp_path)], capture_output=True, text=True, timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert out.stdout.split() == ["1", "[10]", "10", "15", "0"]
+
+
+def test_a_damaged_history_file_is_one_clear_error(tmp_path):
+    path = tmp_path / "history.parquet"
+    path.write_bytes(b"PAR1 not a parquet file")
+    with pytest.raises(UserError, match=r"history.parquet is not a readable parquet file"):
+        History.load(path)
 
 
 def test_history_file_reads_back_as_pandas_wrote_it(tmp_path):

@@ -87,17 +87,24 @@ def test_each_batch_of_an_update_phase_is_drawn_and_weighted_with_the_priorities
     agent.max_steps = 1000  # at step 0, beta is buffer.beta
     slots = np.arange(8, dtype=np.float32)
     obs = np.stack([slots, np.zeros(8), np.zeros(8), np.zeros(8)], axis=1).astype(np.float32)  # obs[0]: the slot
-    buffer.add(obs, np.zeros(8, np.int64), np.ones(8, np.float32), obs, np.zeros(8, np.float32))
+    next_obs = obs + np.float32(100.0)  # every column tells its slot: a column read from another one shows
+    actions, rewards, terminated = np.arange(8) % 2, 10.0 * slots + 0.5, (np.arange(8) % 3 == 0).astype(np.float32)
+    buffer.add(obs, actions, rewards.astype(np.float32), next_obs, terminated)
     buffer.rng = FixedDraws(u)
     td_errors = np.array([0.0, -3.0, 0.5, 2.0, -0.2, 1.0, 4.0, 0.1], np.float32)  # of the transition in each slot
     seen = []
 
-    def record(obs, weights):
-        seen.append((obs[:, 0].astype(np.int64), weights.copy()))
-        return td_errors[obs[:, 0].astype(np.int64)]
+    def record(batch_obs, batch_actions, batch_rewards, batch_next_obs, batch_terminated, weights):
+        drawn = batch_obs[:, 0].astype(np.int64)
+        for column, expected in ((batch_obs, obs), (batch_actions, actions), (batch_rewards, rewards),
+                                 (batch_next_obs, next_obs), (batch_terminated, terminated)):
+            np.testing.assert_array_equal(column, expected[drawn])
+        seen.append((drawn, weights.copy()))
+        return td_errors[drawn]
 
     def update_batch(batch):  # no gradient step: the TD errors above
-        errors = tf.numpy_function(record, [batch["obs"], batch["weights"]], tf.float32, stateful=True)
+        columns = [batch[k] for k in ("obs", "actions", "rewards", "next_obs", "terminated", "weights")]
+        errors = tf.numpy_function(record, columns, tf.float32, stateful=True)
         errors.set_shape([4])
         return {"loss": tf.reduce_sum(errors), "td_errors": errors}
 

@@ -119,6 +119,14 @@ def test_run_configs_from_before_a_key_keep_the_behaviour_they_had():
                                                  "run": {"eval_deterministic": False}}))
     assert new.env.life_loss_terminal is True and new.run.eval_deterministic is False
     assert "run" not in with_legacy_defaults(OmegaConf.create({"env": {}}))
+    # TRPO summed a Gaussian policy's KL over action dimensions before agent.kl_reduction
+    old_trpo = with_legacy_defaults(OmegaConf.create({"agent": {"_target_": "rlexp.agents.TRPO", "max_kl": 0.01}}))
+    assert old_trpo.agent.kl_reduction == "sum"
+    new_trpo = with_legacy_defaults(OmegaConf.create({"agent": {"_target_": "rlexp.agents.TRPO",
+                                                                "kl_reduction": "mean"}}))
+    assert new_trpo.agent.kl_reduction == "mean"
+    ppo = with_legacy_defaults(OmegaConf.create({"agent": {"_target_": "rlexp.agents.PPO"}}))
+    assert "kl_reduction" not in ppo.agent
 
 
 @pytest.mark.parametrize("agent_cls,model", [(PPO, "lstm"), (A2C, "gru")])

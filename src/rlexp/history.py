@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 
 import numpy as np
 
+from rlexp.errors import UserError
 from rlexp.files import write_atomic
 
 if TYPE_CHECKING:
@@ -86,10 +87,14 @@ def write_parquet(path: str | Path, columns: Mapping[str, array]) -> None:
 def read_parquet(path: str | Path, columns: Sequence[str] | None = None) -> pa.Table:
     """A parquet file as an Arrow table, read on the calling thread: Arrow's thread pools, once started, can
     abort the process at its exit (apache/arrow#34314: "terminate called without an active exception")."""
+    import pyarrow as pa
     import pyarrow.parquet as pq
 
-    with pq.ParquetFile(path, pre_buffer=False) as file:
-        return file.read(columns=columns, use_threads=False)
+    try:
+        with pq.ParquetFile(path, pre_buffer=False) as file:
+            return file.read(columns=columns, use_threads=False)
+    except pa.ArrowException as error:
+        raise UserError(f"{path} is not a readable parquet file ({error}); move it away and run again") from None
 
 
 def read_frame(path: str | Path) -> pd.DataFrame:

@@ -129,6 +129,8 @@ def stored_config(ckpt: Path, cfg: DictConfig, stored: dict[str, Any] | None = N
 
 # keys that run configs written before them lack, with the behaviour those runs had
 LEGACY_DEFAULTS = {"env.life_loss_terminal": False, "run.eval_deterministic": True}
+# the same for one agent's keys: {agent _target_: {key: value}}
+LEGACY_AGENT_DEFAULTS = {"rlexp.agents.TRPO": {"kl_reduction": "sum"}}
 
 
 def with_legacy_defaults(config: DictConfig) -> DictConfig:
@@ -137,6 +139,10 @@ def with_legacy_defaults(config: DictConfig) -> DictConfig:
         section, name = key.split(".")
         if section in config and name not in config[section]:
             OmegaConf.update(config, key, value, force_add=True)
+    agent = config.get("agent")
+    for name, value in LEGACY_AGENT_DEFAULTS.get(agent.get("_target_") if agent is not None else None, {}).items():
+        if name not in agent:
+            OmegaConf.update(config, f"agent.{name}", value, force_add=True)
     return config
 
 

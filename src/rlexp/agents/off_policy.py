@@ -230,8 +230,8 @@ class OffPolicyAgent(Agent):
         beta = self.buffer.beta_at(self.steps, self.max_steps)
         first = self.prioritized_batch(beta)
         columns_by_dtype: dict[np.dtype, list[tuple[str, tuple[int, ...]]]] = {}
-        for key, value in first.items():
-            columns_by_dtype.setdefault(value.dtype, []).append((key, value.shape[1:]))
+        for key in sorted(first):  # the order the traced graph unpacks, whatever the buffer's order
+            columns_by_dtype.setdefault(first[key].dtype, []).append((key, first[key].shape[1:]))
         self._layout = list(columns_by_dtype.items())
         self._no_batch = [np.zeros_like(block) for block in self._pack(first)]  # the last update's successor
         if not hasattr(self, "_prioritized_fn"):

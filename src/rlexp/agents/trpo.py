@@ -50,7 +50,7 @@ class TRPO(OnPolicyAgent):
 
     Args (besides `OnPolicyAgent`'s):
         lam: GAE lambda.
-        max_kl: bound on the mean KL(old || new) of an actor step.
+        max_kl: bound on the mean KL(old || new) of an actor step, in `kl_reduction`'s units.
         kl_reduction: a Gaussian policy's KL over its action dimensions: "mean" (SB3's TRPO: its target_kl and
             cg_damping, RL Zoo's tuned values among them, mean the same here) or "sum" (the joint
             distribution's KL, as Schulman et al.); the same for one-dimensional and discrete actions.

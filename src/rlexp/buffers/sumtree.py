@@ -36,6 +36,8 @@ class SumTree:
         """Set leaves `idx` to `values` in order (a repeated index takes its last value), each then its
         ancestors."""
         idx, values = np.asarray(idx, np.int64).ravel(), np.asarray(values, np.float64).ravel()
+        if idx.size and (idx.min() < 0 or idx.max() >= self.capacity):  # compiled loops do not check bounds
+            raise IndexError(f"sum-tree leaves {idx.min()}..{idx.max()} outside 0..{self.capacity - 1}")
         if values.shape != idx.shape:
             values = np.broadcast_to(values, idx.shape)
         self._update(self.sums, self.mins, self.first_leaf, self.depth, idx, values)
@@ -76,5 +78,7 @@ def compiled() -> tuple[Callable, Callable]:
     """`find_leaves` and `update_leaves` compiled (once a process; the machine code is cached on disk)."""
     import numba
 
-    jit = numba.njit(cache=True, nogil=True)
-    return jit(find_leaves), jit(update_leaves)
+    try:
+        return tuple(numba.njit(cache=True, nogil=True)(f) for f in (find_leaves, update_leaves))
+    except RuntimeError:  # no writable cache directory: compiled again in each process
+        return tuple(numba.njit(nogil=True)(f) for f in (find_leaves, update_leaves))
