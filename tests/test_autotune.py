@@ -143,6 +143,23 @@ def test_the_portfolio_trains_the_agents_tuned_values_for_other_envs_of_the_kind
 
 
 @pytest.mark.e2e
+def test_the_portfolio_tries_the_same_task_with_the_other_kind_of_actions_first(tmp_path):
+    """PPO on LunarLanderContinuous-v3 (continuous actions): trial 1 trains the shipped PPO preset of LunarLander-v3
+    (discrete actions, RL Zoo's row, which RL Zoo also gives LunarLanderContinuous), before the continuous presets
+    (MuJoCo's, of the pair's training length)."""
+    result = rlexp(tmp_path, "mode=autotune", "agent=ppo", "env=generic", "env.id=LunarLanderContinuous-v3",
+                   *[a for a in BUDGET if not a.startswith(("autotune.trials", "autotune.portfolio"))],
+                   "autotune.trials=2", "autotune.portfolio=1")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    assert "trials 1-1 start from the values of the tuned presets ppo_lunarlander (autotune.portfolio)" in result.stdout
+    (study,) = (tmp_path / "multirun").iterdir()
+    trial = saved(study / "trial_1")
+    # conf/tuned/ppo_lunarlander.yaml's values on the pair's env
+    assert (trial["agent"]["n_steps"], trial["agent"]["gamma"], trial["agent"]["lam"], trial["agent"]["ppo_epochs"],
+            trial["env"]["n_envs"], trial["env"]["id"]) == (1024, 0.999, 0.98, 4, 16, "LunarLanderContinuous-v3")
+
+
+@pytest.mark.e2e
 def test_a_later_plain_run_takes_the_tuned_preset_and_says_so_first(tuned):
     cwd, result, _ = tuned
     words = shlex.split(result.stdout.splitlines()[-1].split(": ", 1)[1])

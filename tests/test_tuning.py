@@ -302,3 +302,28 @@ def test_the_portfolio_takes_your_presets_first_then_the_nearest_training_length
     assert [(c.name, c.values) for c in chosen] == [("a2c_mine", {"agent.lr": 4.0}), ("a2c_near", {"agent.lr": 3.0}),
                                                     ("a2c_long", {"agent.lr": 2.0, "agent.gamma": 0.9})]
     assert portfolio.portfolio("a2c", "MountainCar-v0", "discrete_vector", {"agent.lr"}, pair, 1_000_000, 0, 0) == []
+
+
+def test_a_preset_of_the_same_task_with_the_other_actions_comes_before_the_nearest_training_length(monkeypatch):
+    """LunarLanderContinuous-v3 (1e6 steps) with candidates ppo_hopper (1e6 steps: distance 0) and ppo_lunarlander
+    (the same task with discrete actions, 1e6 steps too, after ppo_hopper by name alone): the same task first; your
+    own preset still before both."""
+    import rlexp.portfolio as portfolio
+    from rlexp.portfolio import Candidate
+
+    found = [Candidate("ppo_hopper", False, 1_000_000, {"agent.lr": 1.0}),
+             Candidate("ppo_lunarlander", False, 1_000_000, {"agent.lr": 2.0}, same_task=True),
+             Candidate("ppo_mine", True, 10, {"agent.lr": 3.0})]
+    monkeypatch.setattr(portfolio, "candidates", lambda *args: found)
+    chosen = portfolio.portfolio("ppo", "LunarLanderContinuous-v3", "continuous_vector", {"agent.lr"},
+                                 lambda keys: {"agent.lr": 3e-4}, 1_000_000, 3, 0)
+    assert [c.name for c in chosen] == ["ppo_mine", "ppo_lunarlander", "ppo_hopper"]
+
+
+@pytest.mark.parametrize("env_id, family", [("LunarLanderContinuous-v3", "LunarLander"), ("LunarLander-v3", "LunarLander"),
+                                             ("MountainCarContinuous-v0", "MountainCar"), ("Hopper-v5", "Hopper"),
+                                             ("ALE/Pong-v5", "Pong"), ("my_pkg:Corridor-v12", "my_pkg:Corridor")])
+def test_an_env_family_is_the_id_without_namespace_version_and_continuous(env_id, family):
+    from rlexp.portfolio import env_family
+
+    assert env_family(env_id) == family

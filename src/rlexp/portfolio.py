@@ -1,11 +1,14 @@
 """mode=autotune's portfolio: the values the agent's tuned presets hold for other envs of the same kind (rlexp's,
 from RL Zoo's tuned rows, and your own earlier autotunes), trained as the study's first trials after the baseline.
 A study of ten trials seldom samples a working configuration of a dozen keys; values that work on a similar env
-often do (portfolio warm-starting: Optuna's enqueue_trial with known-good configurations)."""
+often do (portfolio warm-starting: Optuna's enqueue_trial with known-good configurations). The most similar env is
+the same task with the other kind of actions (LunarLander-v3 for LunarLanderContinuous-v3: RL Zoo tunes both
+with the same values), so such presets are candidates too, and come first."""
 from __future__ import annotations
 
 import logging
 import math
+import re
 from dataclasses import dataclass
 from typing import Any, Callable
 
@@ -23,6 +26,14 @@ class Candidate:
     own: bool
     max_steps: int
     values: dict[str, Any]
+    same_task: bool = False  # an env of the pair's family (`env_family`), whatever its actions
+
+
+def env_family(env_id: str) -> str:
+    """An env id without its namespace, version and a `Continuous` suffix: LunarLanderContinuous-v3 and
+    LunarLander-v3 are both LunarLander (the task with continuous or with discrete actions)."""
+    name = re.sub(r"-v\d+$", "", env_id.split("/")[-1])
+    return name.removesuffix("Continuous")
 
 
 def tuned_presets(agent: str) -> list[tuple[str, str]]:
@@ -72,7 +83,8 @@ BUDGET_KEYS = ("buffer.initial_size",)  # shape the study's rungs (autotune size
 
 
 def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) -> list[Candidate]:
-    """The agent's tuned presets for envs of `kind` (<actions>_<observations>) other than `env_id`."""
+    """The agent's tuned presets for envs of `kind` (<actions>_<observations>) other than `env_id`, and for envs of
+    its family (`env_family`) with the other kind of actions."""
     from hydra import compose
     from hydra.core.hydra_config import HydraConfig
 
@@ -84,7 +96,9 @@ def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) ->
         try:
             config = compose(config_name=HydraConfig.get().job.config_name,
                              overrides=[f"agent={agent}", f"env={env}"], return_hydra_config=True)
-            if str(config.env.id) == env_id or env_kind(config.env, seed) != kind:
+            other_kind, same_task = env_kind(config.env, seed), env_family(str(config.env.id)) == env_family(env_id)
+            observations_differ = other_kind.split("_")[1] != kind.split("_")[1]
+            if str(config.env.id) == env_id or observations_differ or (other_kind != kind and not same_task):
                 continue
             wanted = keys | {key for key in set_keys(path) if key not in BUDGET_KEYS}
         except Exception as error:  # noqa: BLE001 - a preset that doesn't compose, an env this machine can't make
@@ -93,14 +107,14 @@ def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) ->
             continue
         group_choices = {k: str(v) for k, v in config.hydra.runtime.choices.items()}
         found.append(Candidate(name, own, int(float(config.run.max_steps)),
-                               preset_values(config, group_choices, wanted)))
+                               preset_values(config, group_choices, wanted), same_task))
     return found
 
 
 def portfolio(agent: str, env_id: str, kind: str, keys: set[str], pair: Callable[[set[str]], dict[str, Any]],
               max_steps: int, limit: int, seed: int) -> list[Candidate]:
-    """Up to `limit` candidates: the user's own presets first, then those tuned for a training length nearest the
-    pair's (run.max_steps), then by name. A candidate keeps the searched keys' values, and of the keys it sets
+    """Up to `limit` candidates: the user's own presets first, then those of the pair's task (`env_family`), then
+    those tuned for a training length nearest the pair's (run.max_steps), then by name. A candidate keeps the searched keys' values, and of the keys it sets
     itself those that differ from the pair's (`pair(keys)`: the pair's own values of those keys); one that would
     train what the pair trains untuned (trial 0), or what an earlier candidate trains, is skipped. Its searched
     values are the trial's Optuna parameters where they lie in the search space; the others, and the values of
@@ -108,7 +122,7 @@ def portfolio(agent: str, env_id: str, kind: str, keys: set[str], pair: Callable
     if limit <= 0 or not keys:
         return []
     ranked = sorted(candidates(agent, env_id, kind, keys, seed),
-                    key=lambda c: (not c.own, abs(math.log(max(c.max_steps, 1) / max(max_steps, 1))), c.name))
+                    key=lambda c: (not c.own, not c.same_task, abs(math.log(max(c.max_steps, 1) / max(max_steps, 1))), c.name))
     chosen: list[Candidate] = []
     for candidate in ranked:
         untuned = pair(set(candidate.values))
@@ -116,7 +130,7 @@ def portfolio(agent: str, env_id: str, kind: str, keys: set[str], pair: Callable
         if all(untuned.get(k, object()) == v for k, v in values.items()):
             continue  # the pair's own values: trial 0 trains them
         if all(values != c.values for c in chosen):
-            chosen.append(Candidate(candidate.name, candidate.own, candidate.max_steps, values))
+            chosen.append(Candidate(candidate.name, candidate.own, candidate.max_steps, values, candidate.same_task))
         if len(chosen) == limit:
             break
     return chosen
