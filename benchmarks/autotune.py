@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from current import RESULTS, commit, now, write_table  # noqa: E402
+from current import RESULTS, commit, now, same_code, write_table  # noqa: E402
 from learning import CASES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -185,7 +185,7 @@ def main() -> None:
             row["fallback_commit"] = reused.get("fallback_commit", reused["commit"]) if reused else row["commit"]
             print(json.dumps(row), flush=True)
             if index == 0:  # the pair's rows of other code go: the table shows what this code does
-                rows = [r for r in rows if r["pair"] != name or r["commit"] == row["commit"]]
+                rows = [r for r in rows if r["pair"] != name or same_code(r["commit"])]
             rows = save_row(rows, row)
             if beats(row):
                 break
