@@ -151,7 +151,8 @@ def main() -> None:
             run(tf.constant(opts.batches))
             micros.setdefault(name, []).append((time.perf_counter() - start) / opts.batches * 1e6)
     step = statistics.median(micros["(d) the gradient step (DQN CartPole network)"])
-    lines = ["| per minibatch | µs (each round) | median µs | / gradient step | first call s |", "|---|---|---:|---:|---:|"]
+    lines = ["| per minibatch | µs (each round) | median µs | / gradient step | first call s |",
+             "|---|---|---:|---:|---:|"]
     for name, values in micros.items():
         lines.append(f"| {name} | {' / '.join(f'{v:,.0f}' for v in values)} | {statistics.median(values):,.0f} | "
                      f"{statistics.median(values) / step:.2f} | {first[name]:.2f} |")

@@ -320,9 +320,10 @@ def test_a_preset_of_the_same_task_with_the_other_actions_comes_before_the_neare
     assert [c.name for c in chosen] == ["ppo_mine", "ppo_lunarlander", "ppo_hopper"]
 
 
-@pytest.mark.parametrize("env_id, family", [("LunarLanderContinuous-v3", "LunarLander"), ("LunarLander-v3", "LunarLander"),
-                                             ("MountainCarContinuous-v0", "MountainCar"), ("Hopper-v5", "Hopper"),
-                                             ("ALE/Pong-v5", "Pong"), ("my_pkg:Corridor-v12", "my_pkg:Corridor")])
+@pytest.mark.parametrize("env_id, family", [
+    ("LunarLanderContinuous-v3", "LunarLander"), ("LunarLander-v3", "LunarLander"),
+    ("MountainCarContinuous-v0", "MountainCar"), ("Hopper-v5", "Hopper"), ("ALE/Pong-v5", "Pong"),
+    ("my_pkg:Corridor-v12", "my_pkg:Corridor")])
 def test_an_env_family_is_the_id_without_namespace_version_and_continuous(env_id, family):
     from rlexp.portfolio import env_family
 

@@ -114,7 +114,8 @@ def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) ->
 def portfolio(agent: str, env_id: str, kind: str, keys: set[str], pair: Callable[[set[str]], dict[str, Any]],
               max_steps: int, limit: int, seed: int) -> list[Candidate]:
     """Up to `limit` candidates: the user's own presets first, then those of the pair's task (`env_family`), then
-    those tuned for a training length nearest the pair's (run.max_steps), then by name. A candidate keeps the searched keys' values, and of the keys it sets
+    those tuned for a training length nearest the pair's (run.max_steps), then by name. A candidate keeps the
+    searched keys' values, and of the keys it sets
     itself those that differ from the pair's (`pair(keys)`: the pair's own values of those keys); one that would
     train what the pair trains untuned (trial 0), or what an earlier candidate trains, is skipped. Its searched
     values are the trial's Optuna parameters where they lie in the search space; the others, and the values of
@@ -122,7 +123,8 @@ def portfolio(agent: str, env_id: str, kind: str, keys: set[str], pair: Callable
     if limit <= 0 or not keys:
         return []
     ranked = sorted(candidates(agent, env_id, kind, keys, seed),
-                    key=lambda c: (not c.own, not c.same_task, abs(math.log(max(c.max_steps, 1) / max(max_steps, 1))), c.name))
+                    key=lambda c: (not c.own, not c.same_task, abs(math.log(max(c.max_steps, 1) / max(max_steps, 1))),
+                                   c.name))
     chosen: list[Candidate] = []
     for candidate in ranked:
         untuned = pair(set(candidate.values))
