@@ -6,6 +6,7 @@ the same task with the other kind of actions (LunarLander-v3 for LunarLanderCont
 with the same values), so such presets are candidates too, and come first."""
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import re
@@ -115,9 +116,9 @@ def portfolio(agent: str, env_id: str, kind: str, keys: set[str], pair: Callable
               max_steps: int, limit: int, seed: int) -> list[Candidate]:
     """Up to `limit` candidates: the user's own presets first, then those of the pair's task (`env_family`), then
     those tuned for a training length nearest the pair's (run.max_steps), then by name. A candidate keeps the
-    searched keys' values, and of the keys it sets
-    itself those that differ from the pair's (`pair(keys)`: the pair's own values of those keys); one that would
-    train what the pair trains untuned (trial 0), or what an earlier candidate trains, is skipped. Its searched
+    searched keys' values, and of the keys it sets itself those that differ from the pair's (`pair(keys)`: the
+    pair's own values of those keys); one that would train what the pair trains untuned (trial 0), or what an
+    earlier candidate trains, is skipped. Its searched
     values are the trial's Optuna parameters where they lie in the search space; the others, and the values of
     keys the study does not search, it trains as fixed values (as the baseline's)."""
     if limit <= 0 or not keys:
@@ -132,7 +133,7 @@ def portfolio(agent: str, env_id: str, kind: str, keys: set[str], pair: Callable
         if all(untuned.get(k, object()) == v for k, v in values.items()):
             continue  # the pair's own values: trial 0 trains them
         if all(values != c.values for c in chosen):
-            chosen.append(Candidate(candidate.name, candidate.own, candidate.max_steps, values, candidate.same_task))
+            chosen.append(dataclasses.replace(candidate, values=values))
         if len(chosen) == limit:
             break
     return chosen
