@@ -41,6 +41,10 @@ PAIRS = {  # name: (learning case of the fallback at the same budget, RL Zoo's s
     "dqn-mountaincar": ("fallback-dqn-mountaincar", -100.8),
     "trpo-lunarlander": ("fallback-trpo-lunarlander", 133.166),
     "ppo-lunarlandercontinuous": ("fallback-ppo-lunarlandercontinuous", 270.863),
+    # learning.md's other untuned pairs whose fallback reaches RL Zoo's threshold on no seed
+    "ppo-swimmer": ("fallback-ppo-swimmer", 281.561),
+    "sac-mountaincarcontinuous": ("fallback-sac-mountaincarcontinuous", 94.679),
+    "trpo-swimmer": ("fallback-trpo-swimmer", 365.663),
 }
 
 
@@ -143,6 +147,13 @@ def fallback_note(row: dict) -> str:
     return f" (fallback: {trained})" if trained != row.get("commit") else ""
 
 
+def other_spaces(pair: str) -> tuple[str, ...]:
+    """The search spaces of the other agents (conf/sweep/<agent>*.yaml): a pair's study reads its agent's only."""
+    agent = pair.split("-")[0]
+    return tuple(f"conf/sweep/{path.name}" for path in sorted((ROOT / "conf" / "sweep").glob("*.yaml"))
+                 if path.stem.split("_")[0] != agent)
+
+
 def load_rows() -> list[dict]:
     return json.loads(ROWS.read_text()) if ROWS.exists() else []
 
@@ -185,7 +196,7 @@ def main() -> None:
             row["fallback_commit"] = reused.get("fallback_commit", reused["commit"]) if reused else row["commit"]
             print(json.dumps(row), flush=True)
             if index == 0:  # the pair's rows of other code go: the table shows what this code does
-                rows = [r for r in rows if r["pair"] != name or same_code(r["commit"])]
+                rows = [r for r in rows if r["pair"] != name or same_code(r["commit"], other_spaces(name))]
             rows = save_row(rows, row)
             if beats(row):
                 break

@@ -51,12 +51,15 @@ def commit() -> str:
     return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no", "--", ":/src", ":/conf") else "")
 
 
-def same_code(recorded: str) -> bool:
+def same_code(recorded: str, unused: tuple[str, ...] = ()) -> bool:
     """Whether a row recorded at commit `recorded` ran the code checked out now: no change to src/ or conf/ between
-    them (commits of results, docs or benchmark scripts in between don't count), and neither side '+changes'."""
+    them but to the `unused` files (paths from the top, which the row's command never reads; commits of results,
+    docs or benchmark scripts in between don't count), and neither side '+changes'."""
     if recorded.endswith("+changes") or commit().endswith("+changes"):
         return recorded == commit()
-    result = subprocess.run(["git", "diff", "--quiet", recorded, "HEAD", "--", ":/src", ":/conf"], cwd=RESULTS.parent)
+    excluded = [f":(top,exclude){path}" for path in unused]
+    result = subprocess.run(["git", "diff", "--quiet", recorded, "HEAD", "--", ":/src", ":/conf", *excluded],
+                            cwd=RESULTS.parent)
     return result.returncode == 0
 
 

@@ -49,8 +49,8 @@ def saved(run_dir: Path) -> dict:
 def tuned(tmp_path_factory):
     """PPO on env=generic env.id=CartPole-v1 (no tuned preset: the fallback's values), without --config-dir."""
     cwd = tmp_path_factory.mktemp("autotune")
-    result = rlexp(cwd, "mode=autotune", "env=generic", "env.id=CartPole-v1", "agent.n_steps=64",
-                   "run.eval_episodes=2", *BUDGET)
+    result = rlexp(cwd, "mode=autotune", "env=generic", "env.id=CartPole-v1", "agent.n_steps=64", "env.n_envs=8",
+                   "model=mlp", "run.eval_episodes=2", *BUDGET)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (study,) = (cwd / "multirun").iterdir()
     return cwd, result, study
@@ -62,7 +62,7 @@ def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_wit
     lines = result.stdout.splitlines()
     assert lines[0].startswith("no --config-dir: the tuned preset goes into rlexp_conf/ (made now)")
     assert lines[-1] == ("reproduce this training: python -m rlexp --config-dir rlexp_conf agent=ppo "
-                         "env=CartPole-v1 run.eval_episodes=2")
+                         "env=CartPole-v1 model=mlp run.eval_episodes=2")  # a group's choice goes on the command
     conf = cwd / "rlexp_conf"
     assert sorted(str(p.relative_to(conf)) for p in conf.rglob("*.yaml")) == ["env/CartPole-v1.yaml", TUNED]
     assert yaml.safe_load((conf / "env/CartPole-v1.yaml").read_text()) == {"defaults": ["generic"],
@@ -88,10 +88,13 @@ def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_wit
     assert "run it:" not in result.stdout and "or: " not in result.stdout  # the study's own commands: not printed
     results = yaml.safe_load((study / "optimization_results.yaml").read_text())
     assert results["env_steps"] == sum(t.user_attrs["env_steps"] for t in trials) <= 6144
-    # trial 0 trains the values the pair takes untuned: the PPO discrete fallback's lr 3e-4, clip 0.2 and entropy
+    # trial 0 trains the values the pair takes untuned (conf/fallbacks/ppo_discrete_vector.yaml's, normalize_reward
+    # the agent's own false) for the searched keys the command line leaves to the search, and its entropy
     # coefficient 0 (outside the space's log interval: a fixed value, not an Optuna parameter); the rest sample
     zero, *rest = sorted(trials, key=lambda t: t.number)
-    assert zero.params == {"agent.lr": 3e-4, "agent.clip_norm": 0.2}
+    assert zero.params == {"agent.lr": 3e-4, "agent.mini_batches": 32, "agent.ppo_epochs": 10, "agent.gamma": 0.99,
+                           "agent.lam": 0.95, "agent.clip_norm": 0.2, "agent.grad_norm": 0.5,
+                           "agent.normalize_obs": True, "agent.normalize_reward": False}
     assert zero.user_attrs["baseline_values"] == {"agent.entropy_coef": 0.0}
     first = saved(study / "trial_0")["agent"]
     assert (first["lr"], first["clip_norm"], first["entropy_coef"], first["n_steps"]) == (3e-4, 0.2, 0.0, 64)
@@ -111,7 +114,8 @@ def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_wit
     assert run_dir.name.endswith("_ppo_CartPole-v1") and config["run"]["max_steps"] == 6144
     assert all(config[key.split(".")[0]][key.split(".")[1]] == value for key, value in best.params.items())
     assert config["agent"]["n_steps"] == 64  # the command line's value, kept in the preset
-    assert config["agent"]["mini_batches"] == 32 and config["env"]["n_envs"] == 8  # the fallback's, kept too
+    assert config["agent"]["value_loss_coef"] == 1.0  # the fallback's unsearched value, kept too
+    assert config["env"]["n_envs"] == 8  # the command line's
     assert config["fallback"] == "auto"  # the pair is tuned now: no fallback merged over the preset
 
 
@@ -289,7 +293,8 @@ def test_the_budget_sets_the_first_rung_so_that_the_expected_study_fits(settings
 @pytest.mark.parametrize("space,agent,env", [("a2c", "a2c", "pendulum"), ("trpo", "trpo", "pendulum"),
                                              ("td3", "td3", "pendulum"), ("ddpg", "ddpg", "pendulum"),
                                              ("sac", "sac", "pendulum"), ("a2c", "a2c", "cartpole"),
-                                             ("a2c_continuous", "a2c", "pendulum"), ("dqn", "dqn", "cartpole")])
+                                             ("a2c_continuous", "a2c", "pendulum"), ("dqn", "dqn", "cartpole"),
+                                             ("ppo", "ppo", "cartpole"), ("ppo_continuous", "ppo", "pendulum")])
 def test_the_search_spaces_compose_and_search_settings_the_agent_has(space, agent, env):
     from hydra import compose, initialize_config_module
 
@@ -307,5 +312,5 @@ def test_the_search_spaces_compose_and_search_settings_the_agent_has(space, agen
                 continue
             section, name = key.split(".")
             assert name in c[section], key
-    if space == "a2c_continuous":  # the discrete space and gSDE
+    if space in ("a2c_continuous", "ppo_continuous"):  # the discrete space and gSDE
         assert {"agent.normalize_obs", "env.n_envs", "model", "agent.use_sde", "agent.sde_sample_freq"} <= set(dists)

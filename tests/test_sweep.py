@@ -352,7 +352,7 @@ def test_sweep_presets_compose_and_parse(preset, agent):
     assert c.run.max_steps == 5e4 and c.hydra.sweeper.n_trials == 40
     params = [f"{k}={v}" for k, v in c.hydra.sweeper.params.items()]
     dists, _, grid = search_space(params)
-    assert len(dists) == {"ppo": 4, "dqn": 10}[preset] and not grid
+    assert len(dists) == {"ppo": 13, "dqn": 10}[preset] and not grid
     for key in c.hydra.sweeper.params:  # every searched key exists in the composed config (a group: its options)
         if "." not in key:
             assert set(dists[key].choices) <= {"mlp", "mlp_large"}, key
