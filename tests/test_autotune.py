@@ -294,7 +294,8 @@ def test_the_budget_sets_the_first_rung_so_that_the_expected_study_fits(settings
                                              ("td3", "td3", "pendulum"), ("ddpg", "ddpg", "pendulum"),
                                              ("sac", "sac", "pendulum"), ("a2c", "a2c", "cartpole"),
                                              ("a2c_continuous", "a2c", "pendulum"), ("dqn", "dqn", "cartpole"),
-                                             ("ppo", "ppo", "cartpole"), ("ppo_continuous", "ppo", "pendulum")])
+                                             ("ppo", "ppo", "cartpole"), ("ppo_continuous", "ppo", "pendulum"),
+                                             ("trpo_continuous", "trpo", "pendulum")])
 def test_the_search_spaces_compose_and_search_settings_the_agent_has(space, agent, env):
     from hydra import compose, initialize_config_module
 
@@ -312,5 +313,5 @@ def test_the_search_spaces_compose_and_search_settings_the_agent_has(space, agen
                 continue
             section, name = key.split(".")
             assert name in c[section], key
-    if space in ("a2c_continuous", "ppo_continuous"):  # the discrete space and gSDE
+    if space in ("a2c_continuous", "ppo_continuous", "trpo_continuous"):  # the discrete space and gSDE
         assert {"agent.normalize_obs", "env.n_envs", "model", "agent.use_sde", "agent.sde_sample_freq"} <= set(dists)
