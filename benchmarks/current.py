@@ -51,16 +51,21 @@ def commit() -> str:
     return head + ("+changes" if git("status", "--porcelain", "--untracked-files=no", "--", ":/src", ":/conf") else "")
 
 
-def same_code(recorded: str, unused: tuple[str, ...] = ()) -> bool:
+def same_code(recorded: str, unused: tuple[str, ...] = (), neutral: tuple[str, ...] = ()) -> bool:
     """Whether a row recorded at commit `recorded` ran the code checked out now: no change to src/ or conf/ between
     them but to the `unused` files (paths from the top, which the row's command never reads; commits of results,
-    docs or benchmark scripts in between don't count), and neither side '+changes'."""
+    docs or benchmark scripts in between don't count) or the change of one `neutral` commit (one that changes only
+    what the row's command sets itself, such as a default it overrides), and neither side '+changes'."""
     if recorded.endswith("+changes") or commit().endswith("+changes"):
         return recorded == commit()
-    excluded = [f":(top,exclude){path}" for path in unused]
-    result = subprocess.run(["git", "diff", "--quiet", recorded, "HEAD", "--", ":/src", ":/conf", *excluded],
-                            cwd=RESULTS.parent)
-    return result.returncode == 0
+    paths = ["--", ":/src", ":/conf", *(f":(top,exclude){path}" for path in unused)]
+
+    def diff(*commits: str) -> str:
+        return subprocess.run(["git", "diff", *commits, *paths], cwd=RESULTS.parent, capture_output=True,
+                              text=True, check=True).stdout
+
+    change = diff(recorded, "HEAD")
+    return not change or any(change == diff(f"{sha}^", sha) for sha in neutral)
 
 
 def now() -> str:
