@@ -122,6 +122,25 @@ CASES |= {f"fallback-ppo-{name}-gamma{gamma}": ([*CASES[f"fallback-ppo-{name}"][
           for gamma in ("0.99", "0.999")
           for name in ("invertedpendulum", "mountaincarcontinuous", "lunarlandercontinuous", "swimmer", "halfcheetah",
                        "walker2d", "hopper")}
+# RL Zoo's rows (src/rlexp/zoo/hyperparams) for pairs that had no rlexp preset: env=generic trains the row for the
+# id, its n_timesteps included; threshold: RL Zoo's benchmark.md score for the pair (one run of its own each)
+ZOO_ROWS = {  # name: (agent, env id, RL Zoo's score)
+    "dqn-acrobot": ("dqn", "Acrobot-v1", -76.6),
+    "trpo-acrobot": ("trpo", "Acrobot-v1", -83.1),
+    "ppo-acrobot": ("ppo", "Acrobot-v1", -73.5),
+    "dqn-mountaincar": ("dqn", "MountainCar-v0", -100.8),
+    "trpo-mountaincar": ("trpo", "MountainCar-v0", -107.3),
+    "ppo-mountaincar": ("ppo", "MountainCar-v0", -110.4),
+    "sac-mountaincar-continuous": ("sac", "MountainCarContinuous-v0", 94.7),
+    "ddpg-mountaincar-continuous": ("ddpg", "MountainCarContinuous-v0", 93.5),
+    "td3-mountaincar-continuous": ("td3", "MountainCarContinuous-v0", 93.5),
+    "trpo-hopper": ("trpo", "Hopper-v5", 3618.4),
+    "trpo-swimmer": ("trpo", "Swimmer-v5", 365.7),
+    "a2c-hopper": ("a2c", "Hopper-v5", 733.5),
+    "ppo-swimmer": ("ppo", "Swimmer-v5", 281.6),
+}
+CASES |= {f"zoo-{name}": ([f"agent={agent}", "env=generic", f"env.id={env_id}", "run.target_reward=null"], score)
+          for name, (agent, env_id, score) in ZOO_ROWS.items()}
 SUMMARY = re.compile(r"done \((\w+)\): ([\d,]+) steps in ([\d.]+) s \(([\d,]+) steps/s\) \| eval (-?[\d.]+) ± ([\d.]+)"
                      r" over \d+ (stochastic )?episodes.*run dir: (\S+)")
 RESUMED = re.compile(r"^resumed \S+ at step", re.M)

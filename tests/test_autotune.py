@@ -49,7 +49,8 @@ def saved(run_dir: Path) -> dict:
 def tuned(tmp_path_factory):
     """PPO on env=generic env.id=CartPole-v1 (no tuned preset: the fallback's values), without --config-dir."""
     cwd = tmp_path_factory.mktemp("autotune")
-    result = rlexp(cwd, "mode=autotune", "env=generic", "env.id=CartPole-v1", "agent.n_steps=64", "env.n_envs=8",
+    result = rlexp(cwd, "mode=autotune", "env=generic", "env.id=CartPole-v1", "zoo.rows=false",
+                   "agent.n_steps=64", "env.n_envs=8",
                    "model=mlp", "run.eval_episodes=2", *BUDGET)
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
     (study,) = (cwd / "multirun").iterdir()
@@ -126,7 +127,7 @@ def test_the_portfolio_trains_the_agents_tuned_values_for_other_envs_of_the_kind
     the pair's first (tuned/a2c_lunarlander.yaml, 2e5 steps, then a2c_acrobot.yaml, 5e5, by name before
     a2c_cartpole.yaml: its values are the fallback's, so it is no trial of its own), each with its own values of
     unsearched keys too (lr_schedule); image presets (Pong) and the pair's own env are no candidates."""
-    result = rlexp(tmp_path, "mode=autotune", "agent=a2c", "env=generic", "env.id=MountainCar-v0",
+    result = rlexp(tmp_path, "mode=autotune", "agent=a2c", "env=generic", "env.id=MountainCar-v0", "zoo.rows=false",
                    "run.max_steps=6144", "autotune.budget=2.5", "autotune.trials=3", "autotune.seeds=1",
                    "autotune.rungs=2", "autotune.eval_episodes=2", "autotune.portfolio=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -152,6 +153,7 @@ def test_the_portfolio_tries_the_same_task_with_the_other_kind_of_actions_first(
     (discrete actions, RL Zoo's row, which RL Zoo also gives LunarLanderContinuous), before the continuous presets
     (MuJoCo's, of the pair's training length)."""
     result = rlexp(tmp_path, "mode=autotune", "agent=ppo", "env=generic", "env.id=LunarLanderContinuous-v3",
+                   "zoo.rows=false",
                    *[a for a in BUDGET if not a.startswith(("autotune.trials", "autotune.portfolio"))],
                    "autotune.trials=2", "autotune.portfolio=1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
@@ -176,7 +178,7 @@ def test_a_later_plain_run_takes_the_tuned_preset_and_says_so_first(tuned):
     assert {k: config[k] for k in ("agent", "env", "model")} == {k: final[k] for k in ("agent", "env", "model")}
     # the command the user typed finds it too: env=generic env.id=CartPole-v1
     typed = rlexp(cwd, "--config-dir", "rlexp_conf", "env=generic", "env.id=CartPole-v1", "run.eval_episodes=2",
-                  "run.max_steps=256", "run_dir=outputs/typed")
+                  "zoo.rows=false", "run.max_steps=256", "run_dir=outputs/typed")
     assert typed.returncode == 0, typed.stdout[-2000:] + typed.stderr[-2000:]
     assert typed.stdout.splitlines()[0] == (f"tuned preset for ppo+CartPole-v1: {TUNED} (your own: "
                                             f"{cwd / 'rlexp_conf' / TUNED})")
@@ -230,10 +232,12 @@ def test_the_first_log_line_names_the_preset_the_run_uses(tmp_path):
     runs = {
         "tuned preset for ppo+cartpole: tuned/ppo_cartpole.yaml (shipped with rlexp)":
             started(tmp_path / "a", "env=cartpole", *tiny),
-        "no tuned preset for ppo+Acrobot-v1: using fallbacks/ppo_discrete_vector.yaml (RL Zoo's and SB3's defaults; "
-        "fallback=none keeps the agent's own); tune it: python -m rlexp mode=autotune agent=ppo env=generic "
-        "env.id=Acrobot-v1":
+        "RL Zoo's row for ppo+Acrobot-v1: ppo.yml Acrobot-v1 (rl-baselines3-zoo 2.9.0a2)":
             started(tmp_path / "b", "env=generic", "env.id=Acrobot-v1", *tiny),
+        "no tuned preset for ppo+Acrobot-v1: using fallbacks/ppo_discrete_vector.yaml (SB3's defaults and RL Zoo's "
+        "values for that kind of env; fallback=none keeps the agent's own); tune it: python -m rlexp mode=autotune "
+        "agent=ppo env=generic env.id=Acrobot-v1":
+            started(tmp_path / "d", "env=generic", "env.id=Acrobot-v1", "zoo.rows=false", *tiny),
         "no tuned preset for ppo+Acrobot-v1: fallback=none, so the agent preset's own values; tune it: python -m "
         "rlexp mode=autotune agent=ppo env=generic env.id=Acrobot-v1":
             started(tmp_path / "c", "env=generic", "env.id=Acrobot-v1", "fallback=none", *tiny),

@@ -42,23 +42,23 @@ def saved(path):
 
 def test_an_untuned_pair_takes_the_fallback_under_the_command_line(tmp_path):
     tiny = ["run.max_steps=600", "run.eval_episodes=1"]
-    result = rlexp(tmp_path, "env=generic", "env.id=Acrobot-v1", "agent.lr=1e-3", *tiny, "run_dir=outputs/a")
+    result = rlexp(tmp_path, "env=generic", "env.id=Acrobot-v1", "zoo.rows=false", "agent.lr=1e-3", *tiny, "run_dir=outputs/a")
     assert result.returncode == 0, result.stderr
     assert "using fallbacks/ppo_discrete_vector.yaml" in result.stdout
     config = saved(tmp_path / "outputs/a")
     assert config["fallback"] == "ppo_discrete_vector"
     assert config["agent"]["n_steps"] == 256 and config["env"]["n_envs"] == 8  # the fallback's
     assert config["agent"]["lr"] == 1e-3  # the command line's, over the fallback's 3e-4
-    own = rlexp(tmp_path, "env=generic", "env.id=Acrobot-v1", "fallback=none", *tiny, "run_dir=outputs/b")
+    own = rlexp(tmp_path, "env=generic", "env.id=Acrobot-v1", "zoo.rows=false", "fallback=none", *tiny, "run_dir=outputs/b")
     assert own.returncode == 0 and saved(tmp_path / "outputs/b")["agent"]["n_steps"] == 128  # the agent preset's
     tuned = rlexp(tmp_path, "env=cartpole", *tiny, "run_dir=outputs/c")
     assert tuned.returncode == 0 and saved(tmp_path / "outputs/c")["fallback"] == "auto"  # tuned/ppo_cartpole
     assert saved(tmp_path / "outputs/c")["agent"]["ppo_epochs"] == 20
     (tmp_path / "my/tuned").mkdir(parents=True)
     (tmp_path / "my/tuned/ppo_generic.yaml").write_text("# @package _global_\nagent: {n_steps: 64}\n")
-    mine = rlexp(tmp_path, "--config-dir", "my", "env=generic", "env.id=Acrobot-v1", *tiny, "run_dir=outputs/d")
+    mine = rlexp(tmp_path, "--config-dir", "my", "env=generic", "env.id=Acrobot-v1", "zoo.rows=false", *tiny, "run_dir=outputs/d")
     assert mine.returncode == 0 and saved(tmp_path / "outputs/d")["agent"]["n_steps"] == 64  # a user's tuned preset
-    resumed = rlexp(tmp_path, "env=generic", "env.id=Acrobot-v1", "agent.lr=1e-3", "run.max_steps=1200",
+    resumed = rlexp(tmp_path, "env=generic", "env.id=Acrobot-v1", "zoo.rows=false", "agent.lr=1e-3", "run.max_steps=1200",
                     "run.eval_episodes=1", "+resume=outputs/a")
     assert resumed.returncode == 0, resumed.stderr
     assert saved(tmp_path / "outputs/a")["agent"]["n_steps"] == 256  # the run keeps its values
@@ -80,7 +80,7 @@ def test_a_recurrent_model_makes_the_fallbacks_minibatches_whole_sequences(name,
 
 
 def test_a_recurrent_ppo_trains_on_an_untuned_env_with_the_fallback(tmp_path):
-    result = rlexp(tmp_path, "agent=ppo", "env=generic", "env.id=Acrobot-v1", "model=lstm", "agent.n_steps=16",
+    result = rlexp(tmp_path, "agent=ppo", "env=generic", "env.id=Acrobot-v1", "zoo.rows=false", "model=lstm", "agent.n_steps=16",
                    "agent.ppo_epochs=1", "run.max_steps=128", "run.eval_episodes=1", "run_dir=outputs/lstm")
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
     assert "using fallbacks/ppo_discrete_vector.yaml" in result.stdout and "agent.sequence_length=4" in result.stdout
@@ -94,7 +94,7 @@ def test_the_users_own_presets_win_over_the_fallback(tmp_path):
     conf = tmp_path / "myconf"
     (conf / "env").mkdir(parents=True)
     (conf / "env/myenv.yaml").write_text("defaults: [generic]\nid: Acrobot-v1\nn_envs: 4\n")
-    own = rlexp(tmp_path, "--config-dir", "myconf", "env=myenv", *tiny, "run_dir=outputs/own")
+    own = rlexp(tmp_path, "--config-dir", "myconf", "env=myenv", "zoo.rows=false", *tiny, "run_dir=outputs/own")
     assert own.returncode == 0, own.stderr[-2000:]
     config = saved(tmp_path / "outputs/own")
     assert config["fallback"] == "ppo_discrete_vector" and config["agent"]["mini_batches"] == 32  # the fallback's
@@ -106,7 +106,7 @@ def test_the_users_own_presets_win_over_the_fallback(tmp_path):
     edited = (shipped / "agent/ppo.yaml").read_text().replace("ppo_epochs: 4 ", "ppo_epochs: 3 ")
     assert "ppo_epochs: 3 " in edited
     (conf / "agent/ppo.yaml").write_text(edited)
-    copies = rlexp(tmp_path, "--config-dir", "myconf", "env=generic", "env.id=Acrobot-v1", *tiny,
+    copies = rlexp(tmp_path, "--config-dir", "myconf", "env=generic", "env.id=Acrobot-v1", "zoo.rows=false", *tiny,
                    "run_dir=outputs/copies")
     assert copies.returncode == 0, copies.stderr[-2000:]
     config = saved(tmp_path / "outputs/copies")
@@ -122,7 +122,7 @@ def test_the_users_agent_base_wins_over_the_fallback(tmp_path):
     edited = base.read_text().replace("lr: 7.0e-4 ", "lr: 5.0e-4 ")
     assert "lr: 5.0e-4 " in edited
     base.write_text(edited)
-    result = rlexp(tmp_path, "--config-dir", "myconf", "env=generic", "env.id=Acrobot-v1", "agent.n_steps=16",
+    result = rlexp(tmp_path, "--config-dir", "myconf", "env=generic", "env.id=Acrobot-v1", "zoo.rows=false", "agent.n_steps=16",
                    "run.max_steps=128", "run.eval_episodes=1", "run_dir=outputs/base")
     assert result.returncode == 0, result.stderr[-2000:]
     assert "using fallbacks/ppo_discrete_vector.yaml" in result.stdout

@@ -73,7 +73,10 @@ def test_torch_initializer_draws_as_pytorch_defaults():
     assert bias.shape == (256,) and np.abs(bias).max() <= 2 / 8 and np.abs(bias).max() > 1 / 8  # a sum of two
     assert abs(bias.std() - np.sqrt(2) * (1 / 8) / np.sqrt(3)) < 0.2 * np.sqrt(2) * (1 / 8) / np.sqrt(3)
     assert abs(bias[64:128].mean()) < 0.05  # the forget gate's quarter: no +1 offset
-    with pytest.raises(UserError, match="'torch' is for dense, lstm and gru layers"):
-        build_model({"name": "c", "initializer": "torch", "layers": [
-            {"type": "conv", "filters": 4, "kernel": 3}, {"type": "flatten"}, {"type": "dense", "output": True}]},
-            (8, 8, 1), {"policy": 2})
+    # nn.Conv2d: weights U(-1/sqrt(fan_in)) with fan_in = kernel area x input channels = 8 * 8 * 4 = 256
+    conv = build_model({"name": "c", "initializer": "torch", "layers": [
+        {"type": "conv", "filters": 64, "kernel": 8, "stride": 4, "common": True}, {"type": "flatten", "common": True},
+        {"type": "dense", "output": True}]}, (84, 84, 4), {"policy": 2})
+    kernel = next(w.numpy() for w in conv.weights if w.path.endswith("kernel") and len(w.shape) == 4)
+    assert kernel.shape == (8, 8, 4, 64) and np.abs(kernel).max() <= 1 / 16 and np.abs(kernel).max() > 0.99 / 16
+    assert abs(kernel.std() - (1 / 16) / np.sqrt(3)) < 0.02 * (1 / 16) / np.sqrt(3)

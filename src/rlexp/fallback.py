@@ -16,6 +16,7 @@ from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.rundirs import GENERIC_ENV, env_command, env_display_name, in_sweep
+from rlexp.zoo import ZooRow, ZooRowError, row_for, translate
 
 log = logging.getLogger("rlexp")
 SECTIONS = ("agent", "env", "buffer", "model", "run")
@@ -79,8 +80,10 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
     agent = choices.get("agent") or str(cfg.agent._target_).rsplit(".", 1)[-1].lower()
     pair = f"{agent}+{env_display_name(choices.get('env'), cfg.env.id)}"
     tuned = choices.get("tuned")
-    if tuned and preset_exists("tuned", tuned):
-        path, own = hydra_preset("tuned", tuned)
+    users_zoo = bool((cfg.get("zoo") or {}).get("file") or (cfg.get("zoo") or {}).get("row"))
+    if tuned and preset_exists("tuned", tuned) and not (users_zoo and not hydra_preset("tuned", tuned)[1]):
+        path, own = hydra_preset("tuned", tuned)  # (your own RL Zoo row wins over a shipped tuned preset)
+        say_overridden(cfg, OmegaConf.load(path), choices, f"tuned/{tuned}.yaml")
         return cfg, f"tuned preset for {pair}: tuned/{tuned}.yaml " + (f"(your own: {path})" if own else
                                                                     "(shipped with rlexp)")
     if choices.get("env") == GENERIC_ENV:  # env=generic env.id=X: autotune's tuned/<agent>_<X as run dirs name it>
@@ -92,6 +95,9 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
     hint = autotune_hint(agent, choices.get("env"), str(cfg.env.id))
     if str(cfg.get("fallback", "auto")) != "auto":
         return cfg, f"no tuned preset for {pair}: fallback=none, so the agent preset's own values{hint}"
+    row, refused = zoo_row(agent, cfg)
+    if row is not None:
+        return merge_zoo(cfg, row, overrides, choices), f"RL Zoo's row for {pair}: {row.source}"
     kind = env_kind(cfg.env, int(cfg.seed))
     name = fallback_name(agent, kind)
     if name is None:
@@ -101,8 +107,8 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
     length = merged.agent.get("sequence_length")
     cut = f"; agent.sequence_length={length}: minibatches of whole sequences" if length != cfg.agent.get(
         "sequence_length") else ""
-    return merged, (f"no tuned preset for {pair}: using fallbacks/{name}.yaml (RL Zoo's and SB3's defaults; "
-                    f"fallback=none keeps the agent's own){cut}{hint}")
+    return merged, (f"no tuned preset for {pair}: using fallbacks/{name}.yaml (SB3's defaults and RL Zoo's values "
+                    f"for that kind of env; fallback=none keeps the agent's own){cut}{refused}{hint}")
 
 
 def autotune_hint(agent: str, env_choice: str | None, env_id: str) -> str:
@@ -128,6 +134,58 @@ def merge_fallback(cfg: DictConfig, name: str, overrides: list[str], choices: di
         fit_sequences(merged)
         merged.fallback = name
     return merged
+
+
+def zoo_row(agent: str, cfg: DictConfig) -> tuple[ZooRow | None, str]:
+    """(the RL Zoo row the run trains, or None; why a shipped row is not used). A row of the user's own file
+    that rlexp cannot honour stops the run in one line; a shipped one is said and the fallback takes over."""
+    zoo = cfg.get("zoo") or {}
+    if not zoo.get("rows", True) and not (zoo.get("file") or zoo.get("row")):
+        return None, ""
+    row = row_for(agent, cfg)
+    if row is None:
+        return None, ""
+    try:
+        translate(row)
+    except ZooRowError as error:
+        if zoo.get("file") or zoo.get("row"):
+            raise
+        return None, f" ({error}, so not that row)"
+    return row, ""
+
+
+def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[str, str]) -> DictConfig:
+    """cfg with an RL Zoo row merged in over the agent, env, model and buffer presets (as a tuned preset is),
+    the command line's values applied again over it. The row's network replaces the model preset unless the
+    command line chose one (`model=`). A key the user's own presets set that the row overrides is said."""
+    sections = translate(row)
+    model = sections.pop("model")
+    merged = OmegaConf.merge(cfg, sections)
+    chose_model = any(o.lstrip("+~").split("=", 1)[0] == "model" for o in overrides)
+    with open_dict(merged):
+        if not chose_model:
+            merged.model = OmegaConf.create(model)
+    say_overridden(cfg, sections, choices, f"RL Zoo's row {row.file} {row.key}")
+    apply_overrides(merged, overrides)
+    with open_dict(merged):
+        fit_sequences(merged)
+    return merged
+
+
+def say_overridden(cfg: DictConfig, sections: Any, choices: dict[str, str], by: str) -> None:
+    """One line naming the keys of the user's own presets (--config-dir) that `by` (a tuned preset or an RL Zoo
+    row, merged over them) sets to other values."""
+    lost = []
+    for group in SECTIONS:
+        if group not in choices or group not in cfg or group not in sections:
+            continue
+        keys = own_keys(group, choices[group]) & set(sections[group].keys())
+        path, _ = hydra_preset(group, choices[group])
+        mine = OmegaConf.load(path) if keys else {}
+        changed = [f"{group}.{key}" for key in sorted(keys) if mine.get(key, None) != sections[group][key]]
+        lost += [f"{', '.join(changed)} ({path})"] if changed else []
+    if lost:
+        log.info(f"{by} sets {'; '.join(lost)} over your own presets: set them on the command line to keep yours")
 
 
 def merge_tuned(cfg: DictConfig, path: Any, overrides: list[str]) -> DictConfig:

@@ -29,16 +29,16 @@ DEFAULT_ENCODERS = {
 
 
 def initializer(name: str, gain: float, fan_in: int | None = None) -> keras.initializers.Initializer:
-    """Orthogonal or Glorot-uniform initializer scaled by `gain`; `torch`: PyTorch's default for nn.Linear,
-    U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (what SB3 and sb3-contrib policies with ortho_init=False start from)."""
+    """Orthogonal or Glorot-uniform initializer scaled by `gain`; `torch`: PyTorch's default for nn.Linear and
+    nn.Conv2d, U(-1/sqrt(fan_in), 1/sqrt(fan_in)) (what SB3's off-policy networks and policies with
+    ortho_init=False start from); a conv layer's fan-in (kernel area x input channels) is Keras' own."""
     if name == "orthogonal":
         return keras.initializers.Orthogonal(gain=gain)
     if name == "glorot_uniform":  # Glorot uniform is VarianceScaling(1, fan_avg, uniform); gain scales the std
         return keras.initializers.VarianceScaling(scale=gain**2, mode="fan_avg", distribution="uniform")
     if name == "torch":
-        if fan_in is None:
-            raise UserError("model initializer 'torch' is for dense, lstm and gru layers; give conv layers "
-                            "orthogonal or glorot_uniform (`initializer:` on the layer)")
+        if fan_in is None:  # U(+-sqrt(3 scale / fan_in)) = U(+-gain / sqrt(fan_in))
+            return keras.initializers.VarianceScaling(scale=gain**2 / 3, mode="fan_in", distribution="uniform")
         return keras.initializers.RandomUniform(-gain / np.sqrt(fan_in), gain / np.sqrt(fan_in))
     raise UserError(f"model initializer {name!r} is unknown; use one of {', '.join(INITIALIZERS)}")
 
@@ -111,7 +111,7 @@ class Builder:
             return self.per_step(keras.layers.Conv2D(
                 int(spec["filters"]), int(spec["kernel"]), strides=int(spec.get("stride", 1)),
                 padding=spec.get("padding", "valid"), activation=spec.get("activation"), kernel_initializer=init,
-                name=name))
+                name=name))  # (zero biases: PyTorch draws a conv's as its weights, a small difference at the start)
         raise UserError(f"model layer type {kind!r} is unknown; use one of {', '.join(LAYER_TYPES)}")
 
     def apply(self, spec: Mapping[str, Any], x: Any) -> Any:

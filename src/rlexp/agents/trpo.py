@@ -56,7 +56,8 @@ class TRPO(OnPolicyAgent):
             distribution's KL, as Schulman et al.); the same for one-dimensional and discrete actions.
         cg_iterations, cg_residual_tolerance: conjugate gradient limits.
         cg_damping: added to the Fisher-vector product (F + damping I) v.
-        actor_iterations: backtracking line-search steps (step halves each time).
+        actor_iterations: backtracking line-search steps (the step shrinks by line_search_shrink each time).
+        line_search_shrink: the line search's step factor (SB3's line_search_shrinking_factor 0.8).
         critic_iterations: critic epochs per rollout, in `mini_batches` minibatches each.
         fvp_n_steps: use every n-th transition for Fisher-vector products (cheaper, as in xagents).
         entropy_coef: entropy bonus in the surrogate.
@@ -69,10 +70,13 @@ class TRPO(OnPolicyAgent):
                  cg_iterations: int = 10, cg_damping: float = 1e-3, cg_residual_tolerance: float = 1e-10,
                  actor_iterations: int = 10, critic_iterations: int = 3, fvp_n_steps: int = 5,
                  entropy_coef: float = 0.0, mini_batches: int = 4, advantage_epsilon: float = 1e-8,
-                 kl_reduction: str = "mean", **kwargs) -> None:
+                 kl_reduction: str = "mean", line_search_shrink: float = 0.5, **kwargs) -> None:
         if kl_reduction not in ("mean", "sum"):
             raise UserError(f"agent.kl_reduction={kl_reduction} must be mean or sum")
         self.lam, self.max_kl, self.kl_reduction = float(lam), float(max_kl), kl_reduction
+        if not 0.0 < float(line_search_shrink) < 1.0:
+            raise UserError(f"agent.line_search_shrink={line_search_shrink} must be between 0 and 1 (exclusive)")
+        self.line_search_shrink = float(line_search_shrink)
         self.cg_iterations, self.cg_damping = int(cg_iterations), float(cg_damping)
         self.cg_residual_tolerance = float(cg_residual_tolerance)
         self.actor_iterations, self.critic_iterations = int(actor_iterations), int(critic_iterations)
@@ -167,7 +171,7 @@ class TRPO(OnPolicyAgent):
             if kl <= self.max_kl and new_objective > objective:
                 accepted = tf.constant(True)
                 break
-            step_fraction *= 0.5
+            step_fraction *= self.line_search_shrink
         if not accepted:
             assign_flat(variables, old_params)
             kl = tf.constant(0.0)

@@ -1,0 +1,184 @@
+"""RL Zoo's rows as rlexp's config: each kind of entry translated against values worked out by hand from the
+row's text, SB3's defaults and the conventions rlexp's agents document (half-MSE value loss, minibatch counts,
+Keras' RMSprop epsilon inside the square root); refused keys; a user's own file; the precedence message."""
+import math
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import yaml
+
+from rlexp.errors import UserError
+from rlexp.zoo import ZooRow, ZooRowError, find_row, translate
+from rlexp.zoo.rows import literal_dict, row_name
+
+
+def shipped(algo, key):
+    row = find_row(algo, key, atari=key == "atari", row=key)
+    assert row is not None and row.key == key
+    return translate(row)
+
+
+def test_ppo_hopper_row():
+    t = shipped("ppo", "Hopper-v4")
+    a = t["agent"]
+    assert t["env"] == {"n_envs": 1} and t["run"] == {"max_steps": 1_000_000, "target_reward": None}
+    assert a["n_steps"] == 512 and a["mini_batches"] == 16  # 512 x 1 env in batches of 32
+    assert a["value_loss_coef"] == pytest.approx(1.671342)  # vf_coef 0.835671 of the whole MSE
+    assert (a["lr"], a["lr_schedule"]) == (9.80828e-05, "constant")
+    assert (a["clip_norm"], a["clip_schedule"]) == (0.2, "constant")
+    assert (a["ppo_epochs"], a["gamma"], a["lam"], a["grad_norm"]) == (5, 0.999, 0.99, 0.7)
+    assert a["entropy_coef"] == 0.00229519 and a["log_std_init"] == -2.0
+    assert a["optimizer"] == "adam" and a["opt_epsilon"] == 1e-5  # SB3's ActorCriticPolicy Adam
+    assert a["normalize_obs"] is True and a["normalize_reward"] is True
+    m = t["model"]
+    assert m["initializer"] == "torch" and m["gain"] == 1.0 and m["heads"] == {}  # ortho_init=False
+    assert m["layers"] == [{"type": "dense", "units": 256, "activation": "relu"}] * 2 + [{"type": "dense", "output": True}]
+
+
+def test_ppo_default_mujoco_row_takes_sb3_defaults():
+    a = shipped("ppo", "Ant-v4")["agent"]  # normalize, n_timesteps and the policy only
+    assert (a["n_steps"], a["mini_batches"], a["ppo_epochs"], a["lr"]) == (2048, 32, 10, 3e-4)
+    assert (a["lam"], a["clip_norm"], a["entropy_coef"], a["value_loss_coef"]) == (0.95, 0.2, 0.0, 1.0)
+    m = shipped("ppo", "Ant-v4")["model"]
+    assert m["initializer"] == "orthogonal" and m["gain"] == pytest.approx(math.sqrt(2))
+    assert m["heads"]["policy"] == {"gain": 0.01} and m["heads"]["value"] == {"gain": 1.0}
+    assert [layer.get("activation") for layer in m["layers"]] == ["tanh", "tanh", None]
+
+
+def test_a2c_atari_row():
+    t = shipped("a2c", "atari")
+    env, a = t["env"], t["agent"]
+    assert env["preprocess"] is True and env["frame_stack"] == 4 and env["n_envs"] == 16
+    assert env["life_loss_terminal"] is True and env["clip_rewards"] is True and env["noop_max"] == 30
+    assert a["optimizer"] == "rmsprop" and a["opt_epsilon"] == 1e-5  # RMSpropTFLike: inside the root already
+    assert a["value_loss_coef"] == 0.5 and a["entropy_coef"] == 0.01 and a["n_steps"] == 5 and a["lam"] == 1.0
+    assert t["run"]["max_steps"] == 10_000_000
+    convs = [layer for layer in t["model"]["layers"] if layer["type"] == "conv"]
+    assert [(c["filters"], c["kernel"], c["stride"]) for c in convs] == [(32, 8, 4), (64, 4, 2), (64, 3, 1)]
+
+
+def test_a2c_mujoco_row_uses_sb3s_rmsprop():
+    a = shipped("a2c", "Hopper-v4")["agent"]
+    assert a["optimizer"] == "rmsprop" and a["opt_epsilon"] == pytest.approx(1e-10)  # (1e-5 outside the root)^2
+    assert a["entropy_coef"] == 0.0 and a["n_steps"] == 5 and a["lr"] == 7e-4  # SB3's A2C, not rlexp's preset
+    assert a["normalize_obs"] is True and a["normalize_reward"] is True
+
+
+def test_trpo_hopper_row():
+    a = shipped("trpo", "Hopper-v4")["agent"]
+    assert a["cg_iterations"] == 25 and a["cg_damping"] == 0.1 and a["line_search_shrink"] == 0.8
+    assert a["n_steps"] == 1024 and a["mini_batches"] == 2 * 1024 // 128 and a["critic_iterations"] == 20
+    assert a["max_kl"] == 0.01 and a["opt_epsilon"] == 1e-5 and a["actor_iterations"] == 10
+
+
+def test_dqn_mountaincar_row():
+    t = shipped("dqn", "MountainCar-v0")
+    a, b = t["agent"], t["buffer"]
+    assert a["epsilon_decay_steps"] == 24_000  # exploration_fraction 0.2 of 120,000 steps
+    assert (a["epsilon_start"], a["epsilon_end"], a["target_sync_steps"]) == (1.0, 0.07, 600)
+    assert (a["train_freq"], a["gradient_steps"], a["lr"], a["gamma"], a["grad_norm"]) == (16, 8, 4e-3, 0.98, 10.0)
+    assert a["opt_epsilon"] == 1e-8  # PyTorch's Adam
+    assert b == {"max_size": 10000, "initial_size": 1000, "batch_size": 128}
+    assert [layer.get("units") for layer in t["model"]["layers"]] == [256, 256, None]
+    assert t["model"]["initializer"] == "torch"
+
+
+def test_td3_and_sac_mountaincar_continuous_rows():
+    td3 = shipped("td3", "MountainCarContinuous-v0")
+    assert td3["agent"]["noise_type"] == "ornstein_uhlenbeck" and td3["agent"]["step_noise_coef"] == 0.5
+    assert td3["agent"]["policy_delay"] == 2 and td3["agent"]["policy_noise_coef"] == 0.2
+    assert td3["buffer"] == {"max_size": 1_000_000, "initial_size": 100, "batch_size": 256}
+    sac = shipped("sac", "MountainCarContinuous-v0")
+    a = sac["agent"]
+    assert a["ent_coef"] == 0.1 and a["use_sde"] is True and a["log_std_init"] == -3.67 and a["tau"] == 0.01
+    assert (a["train_freq"], a["gradient_steps"], a["gamma"]) == (32, 32, 0.9999)
+    assert sac["buffer"] == {"max_size": 50000, "initial_size": 0, "batch_size": 512}
+
+
+def test_ddpg_row_without_noise_type_explores_without_noise():
+    row = ZooRow("ddpg", "Pendulum-v1", {"n_timesteps": 20000, "policy": "MlpPolicy"}, "ddpg.yml", "test")
+    a = translate(row)["agent"]
+    assert a["step_noise_coef"] == 0.0  # SB3's action_noise=None
+
+
+def test_lookup_by_env_id():
+    rows = {"Hopper-v4": {}, "atari": {}, "CartPoleNoVel-v1": {}, "CartPole-v1": {}}
+    assert row_name(rows, "Hopper-v5", atari=False) == "Hopper-v4"
+    assert row_name(rows, "ALE/Seaquest-v5", atari=True) == "atari"
+    assert row_name(rows, "CartPole-v1", atari=False, masked_velocity=True) == "CartPoleNoVel-v1"
+    assert row_name(rows, "CartPole-v1", atari=False) == "CartPole-v1"
+    assert row_name(rows, "Walker2d-v5", atari=False) is None
+
+
+def test_strings_are_parsed_never_evaluated(tmp_path):
+    row = ZooRow("ppo", "X-v0", {}, "ppo.yml", "test")
+    text = "dict(log_std_init=-2, ortho_init=False, activation_fn=nn.ReLU, net_arch=dict(pi=[64], vf=[64]))"
+    assert literal_dict(text, "policy_kwargs", row) == {"log_std_init": -2, "ortho_init": False,
+                                                        "activation_fn": "nn.ReLU", "net_arch": {"pi": [64], "vf": [64]}}
+    marker = tmp_path / "ran"
+    with pytest.raises(ZooRowError, match="policy_kwargs"):
+        literal_dict(f"dict(x=open({str(marker)!r}, 'w'))", "policy_kwargs", row)
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("algo, key, values, refused", [
+    ("ppo", "CarRacing-v3", None, "env_wrapper names rl_zoo3.wrappers.FrameSkip"),
+    ("sac", "FetchReach-v1", None, "replay_buffer_class"),
+    ("ppo", "Mine-v0", {"policy": "MlpPolicy", "n_envs": 4, "foo": 1}, "foo is not an option"),
+    ("ppo", "Mine-v0", {"policy": "MlpPolicy", "callback": "rl_zoo3.callbacks.X"}, "callback"),
+    ("ppo", "Mine-v0", {"n_steps": 100, "batch_size": 64}, "batch_size = 64 does not divide"),
+    ("sac", "Mine-v0", {"train_freq": [1, "episode"]}, "train_freq"),
+])
+def test_a_key_rlexp_cannot_honour_is_refused_naming_row_and_key(algo, key, values, refused):
+    row = (find_row(algo, key, atari=False, row=key) if values is None
+           else ZooRow(algo, key, values, "mine.yml", "test"))
+    with pytest.raises(ZooRowError, match=refused) as error:
+        translate(row)
+    assert f" {key}: " in str(error.value) and isinstance(error.value, UserError)
+
+
+def rlexp(cwd, *args):
+    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
+                          timeout=600)
+
+
+@pytest.mark.e2e
+def test_a_shipped_row_trains_and_a_users_file_wins(tmp_path):
+    tiny = ["run.eval_episodes=1", "run.progress=none"]
+    shipped_run = rlexp(tmp_path, "agent=trpo", "env=generic", "env.id=Acrobot-v1", "run.max_steps=512",
+                        "agent.n_steps=256", *tiny, "run_dir=outputs/a")
+    assert shipped_run.returncode == 0, shipped_run.stderr[-2000:]
+    assert shipped_run.stdout.splitlines()[0] == ("RL Zoo's row for trpo+Acrobot-v1: trpo.yml Acrobot-v1 "
+                                                  "(rl-baselines3-zoo 2.9.0a2)")
+    config = yaml.safe_load((tmp_path / "outputs/a/.hydra/config.yaml").read_text())
+    assert config["agent"]["n_steps"] == 256 and config["env"]["n_envs"] == 2  # the command line's, the row's
+    assert config["agent"]["cg_iterations"] == 15 and config["agent"]["line_search_shrink"] == 0.8  # SB3's
+    assert config["run"]["max_steps"] == 512
+    mine = tmp_path / "ppo.yml"
+    mine.write_text("Acrobot-v1:\n  n_timesteps: 300\n  policy: MlpPolicy\n  n_envs: 2\n  n_steps: 32\n"
+                    "  batch_size: 16\n  learning_rate: lin_1e-3\n  policy_kwargs: \"dict(net_arch=[16])\"\n")
+    users = rlexp(tmp_path, "env=generic", "env.id=Acrobot-v1", f"zoo.file={mine}", *tiny, "run_dir=outputs/b")
+    assert users.returncode == 0, users.stderr[-2000:]
+    assert users.stdout.splitlines()[0] == f"RL Zoo's row for ppo+Acrobot-v1: {mine} Acrobot-v1 (your own file)"
+    config = yaml.safe_load((tmp_path / "outputs/b/.hydra/config.yaml").read_text())
+    assert config["agent"]["mini_batches"] == 4 and config["agent"]["lr_schedule"] == "linear"
+    assert [layer.get("units") for layer in config["model"]["layers"]] == [16, None]
+    mine.write_text("Acrobot-v1:\n  n_timesteps: 300\n  her_kwargs: 1\n")
+    refused = rlexp(tmp_path, "env=generic", "env.id=Acrobot-v1", f"zoo.file={mine}", *tiny, "run_dir=outputs/c")
+    assert refused.returncode != 0 and not (tmp_path / "outputs/c").exists()
+    assert refused.stderr.strip().splitlines()[-1].startswith(f"error: RL Zoo row {mine} Acrobot-v1: her_kwargs")
+
+
+@pytest.mark.e2e
+def test_a_users_agent_preset_overridden_by_a_tuned_preset_is_said(tmp_path):
+    (tmp_path / "my/agent").mkdir(parents=True)
+    shipped_td3 = Path(__import__("rlexp.conf", fromlist=["x"]).__file__).parent / "agent/td3.yaml"
+    (tmp_path / "my/agent/td3.yaml").write_text(shipped_td3.read_text().replace("lr: 1.0e-3", "lr: 5.0e-4"))
+    result = rlexp(tmp_path, "--config-dir", "my", "agent=td3", "env=pendulum", "run.max_steps=300",
+                   "buffer.initial_size=100", "run.eval_episodes=1", "run.progress=none", "run_dir=outputs/t")
+    assert result.returncode == 0, result.stderr[-2000:]
+    said = [line for line in result.stdout.splitlines() if "over your own presets" in line]
+    assert said == [f"tuned/td3_pendulum.yaml sets agent.lr ({tmp_path / 'my/agent/td3.yaml'}) over your own "
+                    "presets: set them on the command line to keep yours"]
