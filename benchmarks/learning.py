@@ -137,10 +137,16 @@ ZOO_ROWS = {  # name: (agent, env id, RL Zoo's score)
     "trpo-hopper": ("trpo", "Hopper-v5", 3618.4),
     "trpo-swimmer": ("trpo", "Swimmer-v5", 365.7),
     "a2c-hopper": ("a2c", "Hopper-v5", 733.5),
+    "a2c-mountaincar-continuous": ("a2c", "MountainCarContinuous-v0", 91.2),
     "ppo-swimmer": ("ppo", "Swimmer-v5", 281.6),
 }
 CASES |= {f"zoo-{name}": ([f"agent={agent}", "env=generic", f"env.id={env_id}", "run.target_reward=null"], score)
           for name, (agent, env_id, score) in ZOO_ROWS.items()}
+# an Atari game without an rlexp preset: RL Zoo's `atari` row over the first 10M frames (2.5M agent steps) of its
+# 40M-frame run, its schedules decaying over the whole run; RL Zoo's score is at 40M frames
+CASES["zoo-ppo-seaquest-10m-frames"] = (["agent=ppo", "env=generic", "env.id=SeaquestNoFrameskip-v4",
+                                         "run.max_steps=2.5e6", "agent.schedule_steps=1e7",
+                                         "run.target_reward=null"], 1783.6)
 SUMMARY = re.compile(r"done \((\w+)\): ([\d,]+) steps in ([\d.]+) s \(([\d,]+) steps/s\) \| eval (-?[\d.]+) ± ([\d.]+)"
                      r" over \d+ (stochastic )?episodes.*run dir: (\S+)")
 RESUMED = re.compile(r"^resumed \S+ at step", re.M)

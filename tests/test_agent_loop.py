@@ -29,12 +29,15 @@ def test_no_plateau_logic_before_monitoring_steps():
     assert agent.lr_scale == 1.0 and agent.early_stop_count == 0
 
 
-def test_target_reward_needs_enough_episodes():
+def test_target_reward_reads_a_full_window_of_episodes():
+    """run.target_reward: the mean of the last agent.reward_buffer_size episodes, as conf/config.yaml says."""
     agent = make_agent(reward_buffer_size=100)
-    agent.rewards.extend([500.0] * 9)
-    assert not agent.target_reached(475)
+    agent.rewards.extend([500.0] * 99)
+    assert not agent.target_reached(475)  # 99 episodes: the 100-episode window is not full
     agent.rewards.append(500.0)
     assert agent.target_reached(475) and not agent.target_reached(None)
+    agent.rewards.extend([0.0] * 6)  # the window's mean: (94 x 500) / 100 = 470
+    assert not agent.target_reached(475)
 
 
 def test_async_vectorization_trains():

@@ -63,7 +63,7 @@ def test_autotune_writes_the_best_trial_as_the_pairs_tuned_preset_and_trains_wit
     lines = result.stdout.splitlines()
     assert lines[0].startswith("no --config-dir: the tuned preset goes into rlexp_conf/ (made now)")
     assert lines[-1] == ("reproduce this training: python -m rlexp --config-dir rlexp_conf agent=ppo "
-                         "env=CartPole-v1 model=mlp run.eval_episodes=2")  # a group's choice goes on the command
+                         "env=CartPole-v1 model=mlp zoo.rows=false run.eval_episodes=2")  # a group's choice too
     conf = cwd / "rlexp_conf"
     assert sorted(str(p.relative_to(conf)) for p in conf.rglob("*.yaml")) == ["env/CartPole-v1.yaml", TUNED]
     assert yaml.safe_load((conf / "env/CartPole-v1.yaml").read_text()) == {"defaults": ["generic"],

@@ -578,6 +578,10 @@ def test_the_commands_and_preset_of_a_swept_env_name_the_best_trials_env(tmp_pat
     best = optuna.trial.create_trial(params={"env": "pendulum", "agent.lr": 0.001}, value=1.0, distributions={
         "env": CategoricalDistribution(["cartpole", "pendulum"]), "agent.lr": FloatDistribution(1e-4, 1e-2)})
     assert sweep.run_command(best) == "python -m rlexp agent=ppo env=pendulum run.max_steps=64 agent.lr=0.001"
+    sweep.fixed = {"run.max_steps": 2e4, "agent.gamma": 1.0}  # `run.max_steps=2e4` as Hydra parses it: 20000.0
+    assert sweep.run_command(best) == ("python -m rlexp agent=ppo env=pendulum run.max_steps=20000 agent.gamma=1 "
+                                       "agent.lr=0.001")
+    sweep.fixed = {"run.max_steps": "64"}
     assert sweep.preset_command(best) == f"python -m rlexp --config-dir {tmp_path} agent=ppo env=pendulum tuned=best"
     folder = tmp_path / f"trial_{best.number}" / ".hydra"  # a trial made outside a study: number -1
     folder.mkdir(parents=True)

@@ -158,7 +158,7 @@ class Report:
         agent, env = self.agent_env(best)
         values = {k: v for k, v in {**self.fixed, **params_of(best)}.items() if k not in ("agent", "env")
                   and not k.lstrip("+~").startswith(SWEEP_ONLY)}
-        overrides = [f"agent={agent}", f"env={env}", *(f"{k}={v}" for k, v in values.items())]
+        overrides = [f"agent={agent}", f"env={env}", *(f"{k}={as_typed(v)}" for k, v in values.items())]
         return shlex.join([*self.command_prefix(), *overrides, *self.train_once(overrides)])
 
     def preset_command(self, best: optuna.trial.FrozenTrial) -> str:
@@ -263,3 +263,11 @@ class Report:
                 plt.close(figure)
             except Exception as e:  # noqa: BLE001 - one plot that can't be drawn must not lose the others
                 log.warning(f"plot {name}: {one_line(e)}")
+
+
+def as_typed(value: Any) -> Any:
+    """A value as a command line gives it: a whole float (`run.max_steps=2e4` is 20000.0 once parsed) as the
+    integer it stands for, `run.max_steps=20000`."""
+    if isinstance(value, float) and value.is_integer() and abs(value) >= 1:
+        return int(value)
+    return value

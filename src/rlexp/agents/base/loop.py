@@ -88,7 +88,8 @@ class FitLoop:
         return limit - self.steps
 
     def target_reached(self, target_reward: float | None) -> bool:
-        enough = len(self.rewards) >= min(self.reward_buffer_size, 10)
+        """Whether the mean of the last agent.reward_buffer_size episodes (a full window) reaches the target."""
+        enough = len(self.rewards) >= self.reward_buffer_size
         return target_reward is not None and enough and self.mean_reward >= float(target_reward)
 
     def stop_reason(self, max_steps: int, target_reward: float | None, interrupted: bool = False) -> str | None:

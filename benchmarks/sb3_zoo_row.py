@@ -1,0 +1,145 @@
+"""SB3 side of benchmarks/zoo_rows.py: the model RL Zoo builds from one row of its hyperparameter file, built with
+Stable-Baselines3 / sb3-contrib as RL Zoo's ExperimentManager does (n_envs, normalize with the row's gamma,
+env_wrapper, frame_stack, `lin_` schedules, policy_kwargs, action noise), and its resolved hyperparameters as one
+JSON line (optimizer, schedules, network, init, normalisation, every algorithm attribute the comparison reads).
+
+Usage (in a virtualenv with stable-baselines3, sb3-contrib, gymnasium[mujoco], ale-py, PyYAML):
+    python sb3_zoo_row.py FILE.yml ROW ENV_ID
+"""
+from __future__ import annotations
+
+import json
+import sys
+
+import ale_py
+import gymnasium as gym
+import numpy as np
+import torch as th
+import torch.nn as nn
+import yaml
+from sb3_contrib import TRPO
+from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
+from stable_baselines3.common.atari_wrappers import AtariWrapper
+from stable_baselines3.common.env_util import make_vec_env
+from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
+from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
+from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
+
+ALGOS = {"a2c": A2C, "ddpg": DDPG, "dqn": DQN, "ppo": PPO, "sac": SAC, "td3": TD3, "trpo": TRPO}
+NAMES = {"nn": nn, "th": th, "RMSpropTFLike": RMSpropTFLike, "dict": dict}  # what RL Zoo's files name
+
+
+def linear(initial: float):
+    return lambda progress_remaining: progress_remaining * initial
+
+
+def build(algo: str, row: dict, env_id: str):
+    """The model as RL Zoo's ExperimentManager makes it (its hyperparameter preprocessing, reimplemented)."""
+    params = dict(row)
+    n_envs = int(params.pop("n_envs", 1))
+    params.pop("n_timesteps", None)
+    normalize = params.pop("normalize", False)
+    wrapper = params.pop("env_wrapper", None)
+    frame_stack = params.pop("frame_stack", None)
+    for key in ("learning_rate", "clip_range", "clip_range_vf"):
+        if isinstance(params.get(key), str) and params[key].startswith("lin_"):
+            params[key] = linear(float(params[key][4:]))
+    if isinstance(params.get("policy_kwargs"), str):
+        params["policy_kwargs"] = eval(params["policy_kwargs"], {"__builtins__": {}}, NAMES)  # the peer, as RL Zoo
+    noise_type, noise_std = params.pop("noise_type", None), params.pop("noise_std", 0.0)
+    wrapper_class = AtariWrapper if wrapper and "AtariWrapper" in str(wrapper) else None
+    wrapper_kwargs = next(iter(wrapper[0].values())) if wrapper_class and isinstance(wrapper[0], dict) else None
+    envs = make_vec_env(env_id, n_envs=n_envs, seed=0, wrapper_class=wrapper_class, wrapper_kwargs=wrapper_kwargs)
+    if frame_stack:
+        envs = VecFrameStack(envs, n_stack=int(frame_stack))
+    if normalize:
+        options = eval(normalize, {"__builtins__": {}}, {}) if isinstance(normalize, str) else {}
+        envs = VecNormalize(envs, gamma=float(params.get("gamma", 0.99)), **options)
+    if noise_type is not None:
+        n = envs.action_space.shape[0]
+        noise_class = NormalActionNoise if noise_type == "normal" else OrnsteinUhlenbeckActionNoise
+        params["action_noise"] = noise_class(mean=np.zeros(n), sigma=float(noise_std) * np.ones(n))
+    return ALGOS[algo](env=envs, seed=0, **params), envs
+
+
+def layers(module: nn.Module) -> list[list]:
+    """[units, activation] of each Linear in a Sequential, the activation that follows it (None at the end)."""
+    mods = list(module.modules())
+    out = []
+    for i, m in enumerate(mods):
+        if isinstance(m, nn.Linear):
+            after = next((type(a).__name__ for a in mods[i + 1:i + 2] if not isinstance(a, nn.Linear)), None)
+            out.append([m.out_features, after])
+    return out
+
+
+def describe(algo: str, model, envs) -> dict:
+    d: dict = {"n_envs": envs.num_envs, "gamma": model.gamma, "lr_start": model.lr_schedule(1.0),
+               "lr_half": model.lr_schedule(0.5)}
+    policy = model.policy
+    optimizer = policy.optimizer if hasattr(policy, "optimizer") else policy.actor.optimizer
+    group = optimizer.param_groups[0]
+    d["optimizer"] = type(optimizer).__name__
+    d["optimizer_eps"] = group["eps"]
+    if "alpha" in group:
+        d["optimizer_alpha"] = group["alpha"]
+    norm = envs if isinstance(envs, VecNormalize) else None
+    d["norm_obs"] = bool(norm and norm.norm_obs)
+    d["norm_reward"] = bool(norm and norm.norm_reward)
+    if norm:
+        d.update(norm_clip_obs=norm.clip_obs, norm_clip_reward=norm.clip_reward, norm_gamma=norm.gamma)
+    if algo in ("a2c", "ppo", "trpo"):
+        d["ortho_init"] = policy.ortho_init
+        d["policy_layers"] = layers(policy.mlp_extractor.policy_net)
+        d["value_layers"] = layers(policy.mlp_extractor.value_net)
+        d["features"] = type(policy.features_extractor).__name__
+        if hasattr(policy, "log_std"):
+            d["log_std_init"] = float(policy.log_std.mean())
+        for key in ("n_steps", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm", "normalize_advantage",
+                    "use_sde", "sde_sample_freq", "batch_size", "n_epochs", "target_kl", "cg_max_steps",
+                    "cg_damping", "line_search_shrinking_factor", "line_search_max_iter", "n_critic_updates",
+                    "sub_sampling_factor"):
+            if hasattr(model, key):
+                d[key] = getattr(model, key)
+        if hasattr(model, "clip_range"):
+            d["clip_start"], d["clip_half"] = model.clip_range(1.0), model.clip_range(0.5)
+    else:
+        for key in ("buffer_size", "learning_starts", "batch_size", "tau", "gradient_steps", "target_update_interval",
+                    "exploration_initial_eps", "exploration_final_eps", "exploration_fraction", "max_grad_norm",
+                    "policy_delay", "target_policy_noise", "target_noise_clip", "use_sde", "sde_sample_freq",
+                    "target_entropy"):
+            if hasattr(model, key):
+                value = getattr(model, key)
+                d[key] = float(value) if isinstance(value, (np.floating, float)) else value
+        d["train_freq"] = model.train_freq.frequency
+        noise = model.action_noise
+        d["noise"] = None if noise is None else [type(noise).__name__, float(np.mean(noise._sigma))]
+        if algo == "dqn":
+            d["q_layers"] = layers(policy.q_net.q_net)
+        else:
+            if algo == "sac":  # its hidden layers (the mean and log-std heads come after)
+                d["actor_latent_layers"] = layers(policy.actor.latent_pi)
+            else:
+                d["actor_layers"] = layers(policy.actor.mu)
+            d["critic_layers"] = layers(policy.critic.qf0)
+            d["n_critics"] = policy.critic.n_critics
+        if algo == "sac":
+            d["ent_coef_start"] = float(th.exp(model.log_ent_coef).item()) if model.log_ent_coef is not None else \
+                float(model.ent_coef_tensor.item())
+            d["learn_ent_coef"] = model.log_ent_coef is not None
+            if model.use_sde:
+                d["log_std_init"] = float(policy.actor.log_std.mean())
+    return d
+
+
+def main() -> None:
+    path, row_name, env_id = sys.argv[1:4]
+    rows = yaml.safe_load(open(path))
+    algo = path.rsplit("/", 1)[-1].split(".")[0]
+    model, envs = build(algo, rows[row_name], env_id)
+    print(json.dumps(describe(algo, model, envs)))
+
+
+if __name__ == "__main__":
+    gym.register_envs(ale_py)
+    main()

@@ -1,0 +1,264 @@
+"""RL Zoo's rows in rlexp: every row of the shipped hyperparameter files (src/rlexp/zoo/hyperparams), mapped or
+refused with the reason; and for one row per algorithm, the hyperparameters of the agent rlexp builds from the row
+against those of the model Stable-Baselines3 builds from it (benchmarks/sb3_zoo_row.py, in SB3's virtualenv), in
+SB3's conventions: zero differences, or each explained.
+
+Usage: python benchmarks/zoo_rows.py [--sb3-python PATH]   (default: $SB3_PYTHON or ../sb3venv/bin/python)
+Writes benchmarks/results/zoo_rows.md.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import gymnasium as gym
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from current import write_table  # noqa: E402
+
+from rlexp.zoo import ZOO_FILES, ZooRow, ZooRowError, load_file, translate  # noqa: E402
+from rlexp.zoo.rows import id_base, shipped_dir, shipped_version  # noqa: E402
+
+# one row per algorithm: (file, row, the gymnasium id rlexp and SB3 build it on)
+COMPARED = [("a2c", "atari", "BreakoutNoFrameskip-v4"), ("ddpg", "MountainCarContinuous-v0", "MountainCarContinuous-v0"),
+            ("dqn", "MountainCar-v0", "MountainCar-v0"), ("ppo", "Hopper-v4", "Hopper-v5"),
+            ("sac", "MountainCarContinuous-v0", "MountainCarContinuous-v0"), ("td3", "Walker2d-v4", "Walker2d-v5"),
+            ("trpo", "Hopper-v4", "Hopper-v5")]
+# why a value may differ, by attribute (shown where rlexp's value, in SB3's convention, is not SB3's)
+EXPLAINED = {
+    ("ddpg", "target_policy_noise"): "SB3's DDPG is TD3 with target noise clipped to 0 (no smoothing): rlexp's "
+                                     "DDPG has none",
+    ("ddpg", "target_noise_clip"): "as above",
+    ("trpo", "vf_coef"): "unused by SB3's TRPO (its critic has its own loss); rlexp's TRPO has none",
+    ("trpo", "max_grad_norm"): "unused by SB3's TRPO; rlexp's TRPO clips no gradient",
+    ("trpo", "ent_coef"): "unused by SB3's TRPO; rlexp's entropy_coef 0",
+}
+
+
+def gymnasium_provides(env_id: str) -> str | None:
+    """The gymnasium id (ale-py and MuJoCo registered) an RL Zoo row's env runs as, or None."""
+    import ale_py
+
+    gym.register_envs(ale_py)
+    if env_id in gym.registry:
+        return env_id
+    same = sorted((name for name in gym.registry if "/" not in name and id_base(name) == id_base(env_id)),
+                  key=lambda name: int(name.rsplit("-v", 1)[-1]))
+    return same[-1] if same else None
+
+
+def every_row() -> list[dict]:
+    out = []
+    for algo in ZOO_FILES:
+        rows, name, version = load_file(algo)
+        for key, values in rows.items():
+            row = ZooRow(algo, key, values, name, version)
+            try:
+                translate(row)
+                status, why = "mapped", ""
+            except ZooRowError as error:
+                status, why = "refused", str(error).split(": ", 1)[1]
+            runs_as = "any ALE game" if key == "atari" else "every env without a row" if key == "default" else \
+                gymnasium_provides(key.replace("NoVel", ""))
+            if status == "mapped" and runs_as is None:
+                status, why = "refused", "the env is not in gymnasium, ale-py or MuJoCo (PyBullet, MiniGrid, ...)"
+            if key.endswith(("NoVel-v0", "NoVel-v1", "NoVel-v2")) and runs_as:
+                runs_as += " with rlexp.wrappers.MaskVelocity"
+            out.append(dict(file=name, row=key, status=status, runs_as=runs_as or "", why=why))
+    return out
+
+
+# ----- rlexp's side -----------------------------------------------------------------------------------------
+def rlexp_agent(algo: str, key: str, env_id: str):
+    from hydra import compose, initialize_config_module
+    from omegaconf import OmegaConf, open_dict
+
+    from rlexp.build import build_agent, setup_tensorflow
+
+    rows, name, version = load_file(algo)
+    sections = translate(ZooRow(algo, key, rows[key], name, version))
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"agent={algo}", "env=generic", f"env.id={env_id}",
+                                                       "run.mixed_precision=false"])
+    model = sections.pop("model")
+    cfg = OmegaConf.merge(cfg, sections)
+    with open_dict(cfg):
+        cfg.model = OmegaConf.create(model)
+    setup_tensorflow(cfg)
+    return build_agent(cfg), cfg
+
+
+def dense_layers(model) -> list[list]:
+    import keras
+
+    out = []
+    for layer in model._flatten_layers(include_self=False, recursive=True):
+        if isinstance(layer, keras.layers.Dense):
+            activation = layer.activation.__name__
+            out.append([layer.units, None if activation == "linear" else activation])
+    return out
+
+
+def rlexp_side(algo: str, key: str, env_id: str) -> dict:
+    """The built agent's hyperparameters in SB3's conventions."""
+    agent, cfg = rlexp_agent(algo, key, env_id)
+    a = cfg.agent
+    optimizer = next(iter(agent.optimizers().values()))
+    kind = type(optimizer).__name__.replace("Fused", "")
+    eps = float(optimizer.epsilon)
+    d = {"n_envs": agent.n_envs, "gamma": agent.gamma, "lr_start": agent.lr,
+         "lr_half": agent.lr * (0.5 if a.lr_schedule == "linear" else 1.0), "optimizer": kind,
+         "optimizer_eps": eps}  # (Keras' RMSprop adds it inside the square root: compare() converts)
+    if kind == "RMSprop":
+        d["optimizer_alpha"] = float(optimizer.rho)
+    d["norm_obs"], d["norm_reward"] = bool(a.normalize_obs), bool(a.normalize_reward)
+    if d["norm_obs"] or d["norm_reward"]:
+        d.update(norm_clip_obs=10.0, norm_clip_reward=10.0, norm_gamma=agent.gamma)  # rlexp.normalize's
+    models = agent.models()
+    spec = [layer for layer in cfg.model.layers if layer.get("type", "dense") == "dense" and not layer.get("output")]
+    towers = [layer for layer in spec if not layer.get("common")]
+    d["hidden"] = [[int(layer.units), layer.get("activation")] for layer in towers]
+    d["features"] = "NatureCNN" if any(layer.get("type") == "conv" for layer in cfg.model.layers) else \
+        "FlattenExtractor"
+    units = {int(layer.units) for layer in towers}
+    d["built_hidden"] = sum(1 for model in models.values() if "target" not in model.name
+                            for u, _ in dense_layers(model) if u in units)
+    d["heads"] = {"a2c": 2, "ppo": 2, "trpo": 2, "dqn": 1, "ddpg": 2, "td3": 3, "sac": 3}[algo]
+    d["initializer"] = str(cfg.model.initializer)
+    if algo in ("a2c", "ppo", "trpo"):
+        d["ortho_init"] = cfg.model.initializer == "orthogonal"
+        d["log_std_init"] = float(a.log_std_init)
+        d.update(n_steps=agent.n_steps, gae_lambda=agent.lam, use_sde=bool(a.use_sde), sde_sample_freq=int(a.sde_sample_freq))
+        if algo in ("a2c", "ppo"):
+            d.update(ent_coef=agent.entropy_coef, vf_coef=agent.value_loss_coef / 2, max_grad_norm=agent.grad_norm)
+        if algo == "a2c":
+            d["normalize_advantage"] = agent.normalize_advantage
+        if algo in ("ppo", "trpo"):
+            d.update(normalize_advantage=True, batch_size=agent.n_steps * agent.n_envs // agent.mini_batches)
+        if algo == "ppo":
+            d.update(n_epochs=agent.ppo_epochs, target_kl=None if agent.kl_threshold is None else agent.kl_threshold / 1.5,
+                     clip_start=agent.clip_norm, clip_half=agent.clip_norm * (0.5 if a.clip_schedule == "linear" else 1))
+        if algo == "trpo":
+            d.update(target_kl=agent.max_kl, cg_max_steps=agent.cg_iterations, cg_damping=agent.cg_damping,
+                     line_search_shrinking_factor=agent.line_search_shrink, line_search_max_iter=agent.actor_iterations,
+                     n_critic_updates=agent.critic_iterations, sub_sampling_factor=agent.fvp_n_steps,
+                     ent_coef=agent.entropy_coef)
+    else:
+        b = cfg.buffer
+        d.update(buffer_size=int(b.max_size), learning_starts=int(b.initial_size), batch_size=int(b.batch_size),
+                 gradient_steps=agent.gradient_steps, train_freq=agent.train_freq)
+        d.update(use_sde=False, sde_sample_freq=-1, noise=None)  # (SAC's, DDPG's and TD3's set below)
+        if algo == "dqn":
+            d.update(tau=1.0, target_update_interval=agent.target_sync_steps,
+                     exploration_initial_eps=agent.epsilon_start, exploration_final_eps=agent.epsilon_end,
+                     exploration_fraction=agent.epsilon_decay_steps / int(cfg.run.max_steps),
+                     max_grad_norm=agent.grad_norm)
+        else:
+            d["tau"] = agent.tau
+        if algo in ("ddpg", "td3"):
+            noise = None if agent.step_noise_coef == 0 else [
+                "OrnsteinUhlenbeckActionNoise" if agent.noise_type == "ornstein_uhlenbeck" else "NormalActionNoise",
+                agent.step_noise_coef]
+            d.update(noise=noise, n_critics=agent.n_critics, use_sde=False, sde_sample_freq=-1)
+        if algo == "td3":
+            d.update(policy_delay=agent.policy_delay, target_policy_noise=agent.policy_noise_coef,
+                     target_noise_clip=agent.noise_clip)
+        if algo == "ddpg":
+            d.update(policy_delay=1)
+        if algo == "sac":
+            d.update(use_sde=agent.sde, sde_sample_freq=int(a.sde_sample_freq), target_update_interval=1,
+                     learn_ent_coef=agent.learn_ent_coef, n_critics=2, noise=None,
+                     ent_coef_start=float(a.init_ent_coef if agent.learn_ent_coef else a.ent_coef),
+                     target_entropy=float(agent.target_entropy))
+            if agent.sde:
+                d["log_std_init"] = agent.log_std_init
+    return d
+
+
+SB3_LAYER_NAMES = {"ReLU": "relu", "Tanh": "tanh", "GELU": "gelu", "ELU": "elu", None: None}
+WITH_OUTPUT = {"actor_layers", "critic_layers", "q_layers"}  # SB3 lists these with their output layer
+
+
+def same_value(mine, theirs) -> bool:
+    if isinstance(mine, list) and isinstance(theirs, list):
+        return len(mine) == len(theirs) and all(same_value(m, t) for m, t in zip(mine, theirs))
+    if isinstance(mine, (int, float)) and isinstance(theirs, (int, float)) and not isinstance(mine, bool):
+        return math.isclose(mine, theirs, rel_tol=1e-6)
+    return mine == theirs
+
+
+def compare(algo: str, sb3: dict, ours: dict) -> list[tuple[str, str, str, str]]:
+    """(attribute, SB3's, rlexp's, verdict) rows."""
+    rows = []
+    for name, theirs in sb3.items():
+        if name.endswith("_layers"):
+            continue
+        mine = ours.get(name, "(none)")
+        if name == "optimizer_eps" and ours.get("optimizer") == "RMSprop" and sb3["optimizer"] == "RMSprop":
+            mine = math.sqrt(mine)  # PyTorch's epsilon outside the square root
+        same = same_value(mine, theirs)
+        if name == "optimizer" and {mine, theirs} == {"RMSprop", "RMSpropTFLike"}:
+            same, note = True, "TensorFlow's RMSprop (epsilon inside the square root), as Keras'"
+        else:
+            note = "same" if same else EXPLAINED.get((algo, name), "DIFFERENT")
+        rows.append((name, repr(theirs), repr(mine), note))
+    for name, theirs in sb3.items():
+        if name.endswith("_layers"):
+            hidden = [[units, SB3_LAYER_NAMES.get(act, act)] for units, act in theirs]
+            hidden = hidden[:-1] if name in WITH_OUTPUT else hidden
+            same = hidden == ours["hidden"]
+            rows.append((f"{name} (hidden)", json.dumps(hidden), json.dumps(ours["hidden"]),
+                         "same" if same else "DIFFERENT"))
+    built = ours["built_hidden"] == ours["heads"] * len(ours["hidden"])
+    rows.append(("hidden layers built (all heads)", "", str(ours["built_hidden"]),
+                 "as the preset" if built else "DIFFERENT"))
+    if "ortho_init" not in sb3:
+        rows.append(("init", "PyTorch's default", ours["initializer"],
+                     "same" if ours["initializer"] == "torch" else "DIFFERENT"))
+    if algo in ("ddpg", "td3"):
+        rows.append(("actor output", "tanh (squashed)", "tanh of the output (rlexp's unit_action)", "same"))
+    return rows
+
+
+def sb3_side(python: str, algo: str, key: str, env_id: str) -> dict:
+    out = subprocess.run([python, str(Path(__file__).parent / "sb3_zoo_row.py"), str(shipped_dir() / f"{algo}.yml"),
+                          key, env_id], capture_output=True, text=True)
+    if out.returncode:
+        raise SystemExit(f"SB3 side failed for {algo} {key}: {out.stderr[-800:]}")
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--sb3-python", default=os.environ.get("SB3_PYTHON",
+                                                               str(Path(__file__).resolve().parents[2] / "sb3venv/bin/python")))
+    opts = parser.parse_args()
+    rows = every_row()
+    mapped = sum(r["status"] == "mapped" for r in rows)
+    lines = [f"Files: {shipped_version()} (src/rlexp/zoo/hyperparams).\n",
+             f"{mapped} of {len(rows)} rows mapped; each refused row with its reason (rlexp refuses it in the same "
+             "words when asked to train it).\n",
+             "| file | row | status | trains as | reason |", "|---|---|---|---|---|"]
+    lines += [f"| {r['file']} | {r['row']} | {r['status']} | {r['runs_as']} | {r['why']} |" for r in rows]
+    lines.append("\n## rlexp's agent against SB3's model, one row per algorithm\n")
+    lines.append("Each attribute in SB3's convention (rlexp's value converted: value_loss_coef / 2 = vf_coef, "
+                 "n_steps x n_envs / mini_batches = batch_size, sqrt of Keras' RMSprop epsilon = PyTorch's).\n")
+    for algo, key, env_id in COMPARED:
+        sb3, ours = sb3_side(opts.sb3_python, algo, key, env_id), rlexp_side(algo, key, env_id)
+        table = compare(algo, sb3, ours)
+        different = [r for r in table if r[3] == "DIFFERENT"]
+        lines.append(f"### {algo}.yml {key} on {env_id}: {len(different)} unexplained differences\n")
+        lines += ["| attribute | SB3 | rlexp | |", "|---|---|---|---|"]
+        lines += [f"| {a} | {t} | {m} | {v} |" for a, t, m, v in table]
+        lines.append("")
+    write_table("zoo_rows", "RL Zoo's rows in rlexp", "\n".join(lines))
+    print("\n".join(lines))
+
+
+if __name__ == "__main__":
+    main()
