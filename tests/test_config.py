@@ -14,8 +14,20 @@ def cfg(*overrides):
         return compose(config_name="config", overrides=list(overrides))
 
 
+def trained(*overrides):
+    """The config a run trains: composed, then the pair's RL Zoo row and tuned preset (or fallback) merged."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlexp.fallback import apply_fallback
+
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        c = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+        HydraConfig.instance().set_config(c)
+        return apply_fallback(c, dict(c.hydra.runtime.choices), list(overrides))[0]
+
+
 def test_default_is_ppo_cartpole_with_tuned_values():
-    c = cfg()
+    c = trained()
     assert c.agent._target_ == "rlexp.agents.PPO" and c.env.id == "CartPole-v1"
     assert c.agent.n_steps == 32 and c.agent.gamma == 0.98 and c.run.target_reward == 475
 
@@ -38,8 +50,10 @@ def test_every_pair_composes(agent, env):
 
 
 def test_dqn_tuned_presets():
-    assert cfg("agent=dqn", "env=cartpole").model.name == "mlp_large"
-    assert cfg("agent=dqn", "env=pong").buffer._target_ == "rlexp.buffers.FrameBuffer"
+    cartpole = trained("agent=dqn", "env=cartpole").model  # RL Zoo's net_arch [256, 256], Glorot as measured
+    assert [layer.get("units") for layer in cartpole.layers] == [256, 256, None]
+    assert cartpole.initializer == "glorot_uniform"
+    assert trained("agent=dqn", "env=pong").buffer._target_ == "rlexp.buffers.FrameBuffer"
 
 
 def test_arbitrary_targets_are_refused():

@@ -20,8 +20,16 @@ ZOO = {
 
 
 def composed(agent, env):
+    """The config a run of agent=<agent> env=<env> trains: composed, then its RL Zoo row and tuned preset merged."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlexp.fallback import apply_fallback
+
+    overrides = [f"agent={agent}", f"env={env}"]
     with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
-        return compose(config_name="config", overrides=[f"agent={agent}", f"env={env}"])
+        cfg = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        return apply_fallback(cfg, dict(cfg.hydra.runtime.choices), overrides)[0]
 
 
 @pytest.mark.parametrize("agent, env", list(ZOO), ids=[f"{a}-{e}" for a, e in ZOO])

@@ -83,9 +83,14 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
     users_zoo = bool((cfg.get("zoo") or {}).get("file") or (cfg.get("zoo") or {}).get("row"))
     if tuned and preset_exists("tuned", tuned) and not (users_zoo and not hydra_preset("tuned", tuned)[1]):
         path, own = hydra_preset("tuned", tuned)  # (your own RL Zoo row wins over a shipped tuned preset)
-        say_overridden(cfg, OmegaConf.load(path), choices, f"tuned/{tuned}.yaml")
-        return cfg, f"tuned preset for {pair}: tuned/{tuned}.yaml " + (f"(your own: {path})" if own else
-                                                                    "(shipped with rlexp)")
+        preset = OmegaConf.load(path)
+        say_overridden(cfg, preset, choices, f"tuned/{tuned}.yaml")
+        where = f"tuned/{tuned}.yaml " + (f"(your own: {path})" if own else "(shipped with rlexp)")
+        row = None if own else zoo_row(agent, cfg)[0]
+        if row is not None:  # a shipped preset holds what rlexp sets over the pair's RL Zoo row
+            return merge_zoo(cfg, row, overrides, choices, over=preset), (f"RL Zoo's row for {pair}: {row.source}, "
+                                                                         f"with {where} over it")
+        return cfg, f"tuned preset for {pair}: {where}"
     if choices.get("env") == GENERIC_ENV:  # env=generic env.id=X: autotune's tuned/<agent>_<X as run dirs name it>
         named = f"{agent}_{env_display_name(GENERIC_ENV, str(cfg.env.id))}"
         path, own = hydra_preset("tuned", named)
@@ -154,18 +159,21 @@ def zoo_row(agent: str, cfg: DictConfig) -> tuple[ZooRow | None, str]:
     return row, ""
 
 
-def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[str, str]) -> DictConfig:
-    """cfg with an RL Zoo row merged in over the agent, env, model and buffer presets (as a tuned preset is),
-    the command line's values applied again over it. The row's network replaces the model preset unless the
-    command line chose one (`model=`). A key the user's own presets set that the row overrides is said."""
+def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[str, str],
+              over: DictConfig | None = None) -> DictConfig:
+    """cfg with an RL Zoo row merged in over the agent, env, model and buffer presets (as a tuned preset is), the
+    `over` preset's sections (a shipped tuned preset's) and the command line's values applied again over it. The
+    row's network replaces the model preset unless the command line chose one (`model=`). A key the user's own
+    presets set that the row overrides is said."""
     sections = translate(row)
     model = sections.pop("model")
-    merged = OmegaConf.merge(cfg, sections)
+    above = {key: over[key] for key in SECTIONS if over is not None and key in over}
+    merged = OmegaConf.merge(cfg, sections, {key: value for key, value in above.items() if key != "model"})
     chose_model = any(o.lstrip("+~").split("=", 1)[0] == "model" for o in overrides)
     with open_dict(merged):
         if not chose_model:
-            merged.model = OmegaConf.create(model)
-    say_overridden(cfg, sections, choices, f"RL Zoo's row {row.file} {row.key}")
+            merged.model = OmegaConf.merge(OmegaConf.create(model), above.get("model", {}))
+    say_overridden(cfg, {key: value for key, value in sections.items()}, choices, f"RL Zoo's row {row.file} {row.key}")
     apply_overrides(merged, overrides)
     with open_dict(merged):
         fit_sequences(merged)

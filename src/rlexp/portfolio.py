@@ -80,6 +80,15 @@ def set_keys(path: Any) -> set[str]:
     return keys
 
 
+def row_keys(row: Any) -> set[str]:
+    """The hyperparameters an RL Zoo row sets (translated): its agent and buffer keys and env.n_envs."""
+    from rlexp.zoo import translate
+
+    sections = translate(row)
+    return ({f"agent.{key}" for key in sections["agent"]} | {f"buffer.{key}" for key in sections.get("buffer", {})}
+            | {"env.n_envs"})
+
+
 BUDGET_KEYS = ("buffer.initial_size",)  # shape the study's rungs (autotune sizes them from the pair's): kept unless searched
 
 
@@ -89,7 +98,7 @@ def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) ->
     from hydra import compose
     from hydra.core.hydra_config import HydraConfig
 
-    from rlexp.fallback import env_kind, hydra_preset
+    from rlexp.fallback import env_kind, hydra_preset, merge_zoo, zoo_row
 
     found = []
     for name, env in tuned_presets(agent):
@@ -102,6 +111,10 @@ def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) ->
             if str(config.env.id) == env_id or observations_differ or (other_kind != kind and not same_task):
                 continue
             wanted = keys | {key for key in set_keys(path) if key not in BUDGET_KEYS}
+            row = None if own else zoo_row(agent, config)[0]
+            if row is not None:  # a shipped preset is what rlexp sets over the env's RL Zoo row: the row's values too
+                config = merge_zoo(config, row, [], {}, over=OmegaConf.load(path))
+                wanted |= {key for key in row_keys(row) if key not in BUDGET_KEYS}
         except Exception as error:  # noqa: BLE001 - a preset that doesn't compose, an env this machine can't make
             # (no MuJoCo, no ROMs): not a candidate; said aloud for your own presets
             (log.warning if own else log.debug)(f"portfolio: tuned/{name}.yaml skipped: {error}")
