@@ -111,8 +111,8 @@ FALLBACK_CHECKS = {
     "walker2d": ("Walker2d-v5", 3000, {"ppo": "1e6"}),
     "hopper": ("Hopper-v5", 2000, {"ppo": "1e6"}),
 }
-CASES |= {f"fallback-{agent}-{name}": ([f"agent={agent}", "env=generic", f"env.id={env_id}", f"run.max_steps={steps}",
-                                        "run.target_reward=null"], threshold)
+CASES |= {f"fallback-{agent}-{name}": ([f"agent={agent}", "env=generic", f"env.id={env_id}", "zoo.rows=false",
+                                        f"run.max_steps={steps}", "run.target_reward=null"], threshold)
           for name, (env_id, threshold, budgets) in FALLBACK_CHECKS.items() for agent, steps in budgets.items()}
 # PPO's continuous fallback at gamma 0.99 (RL Zoo's MuJoCo default, the fallback's before) and 0.999 (RL Zoo's PPO
 # value on LunarLanderContinuous, BipedalWalker, Hopper, InvertedPendulum): the comparison behind its 0.995, chosen

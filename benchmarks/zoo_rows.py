@@ -3,7 +3,8 @@ refused with the reason; and for one row per algorithm, the hyperparameters of t
 against those of the model Stable-Baselines3 builds from it (benchmarks/sb3_zoo_row.py, in SB3's virtualenv), in
 SB3's conventions: zero differences, or each explained.
 
-Usage: python benchmarks/zoo_rows.py [--sb3-python PATH]   (default: $SB3_PYTHON or ../sb3venv/bin/python)
+Usage: python benchmarks/zoo_rows.py [--sb3-python PATH]   (default: $SB3_PYTHON, else sb3venv/bin/python beside
+the checkout; that virtualenv: stable-baselines3, sb3-contrib, gymnasium[mujoco], ale-py, PyYAML)
 Writes benchmarks/results/zoo_rows.md.
 """
 from __future__ import annotations

@@ -111,7 +111,7 @@ def autotune(cfg: DictConfig) -> float:
     searched = searched_keys(space, overrides)
     learning_start = 0 if "buffer.initial_size" in searched else int(
         OmegaConf.select(trial_cfg, "buffer.initial_size", default=0) or 0)
-    budget = check_budget(cfg, pair_max_steps(cfg, overrides), learning_start, job_slots(overrides))
+    budget = check_budget(cfg, pair_max_steps(trial_cfg, overrides), learning_start, job_slots(overrides))
     baseline = baseline_values(trial_cfg, searched)
     config_dir = user_config_dir(sys.argv[1:])
     if config_dir is None:
@@ -187,15 +187,19 @@ def split_overrides(overrides: list[str]) -> Overrides:
     return sorted_
 
 
-def pair_max_steps(cfg: DictConfig, overrides: Overrides) -> int:
-    """The pair's training budget, run.max_steps: as composed, except that a +sweep=<name> preset's
-    run.max_steps (its trials' length in a plain sweep) gives way to the pair's own."""
+def pair_max_steps(trial_cfg: DictConfig, overrides: Overrides) -> int:
+    """The pair's training budget, run.max_steps: the trials' configuration's (the pair's RL Zoo row, tuned
+    preset or fallback, under the command line), except that a +sweep=<name> preset's run.max_steps (its trials'
+    length in a plain sweep) gives way to the pair's own."""
     if overrides.space is None or any(o.lstrip("+").startswith("run.max_steps=") for o in overrides.study):
-        return int(float(cfg.run.max_steps))
+        return int(float(trial_cfg.run.max_steps))
     from hydra import compose
 
+    from rlexp.fallback import apply_fallback
+
     task = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+").startswith(("sweep=", "mode="))]
-    return int(float(compose(config_name=HydraConfig.get().job.config_name, overrides=task).run.max_steps))
+    pair = compose(config_name=HydraConfig.get().job.config_name, overrides=task, return_hydra_config=True)
+    return int(float(apply_fallback(pair, choices(), task)[0].run.max_steps))
 
 
 def check_pair(cfg: DictConfig) -> DictConfig:
