@@ -239,3 +239,47 @@ def test_hydra_run_dir_and_sweep_dir_are_the_folders_they_name(tmp_path):
     assert sweep.returncode == 0, sweep.stdout[-2000:] + sweep.stderr[-2000:]
     assert (tmp_path / "mysweep" / "optuna.db").exists() and (tmp_path / "mysweep" / "trial_1" / "summary.json").exists()
     assert not (tmp_path / "multirun").exists()
+
+
+def test_another_hydra_app_keeps_its_own_optuna_sweeper(tmp_path):
+    """rlexp's `optuna` sweeper name serves rlexp's config only: a plain Hydra app in the same environment that asks
+    for hydra/sweeper=optuna does not run rlexp's sweeper (without hydra-optuna-sweeper, Hydra says it has no such
+    sweeper), and its own sweeper choices are Hydra's."""
+    (tmp_path / "conf").mkdir()
+    (tmp_path / "conf/config.yaml").write_text("defaults:\n  - override hydra/sweeper: optuna\n  - _self_\nx: 0\n")
+    (tmp_path / "app.py").write_text(textwrap.dedent("""\
+        import hydra
+
+        @hydra.main(config_path="conf", config_name="config", version_base="1.3")
+        def main(cfg):
+            print("x =", cfg.x)
+
+        main()
+        """))
+    result = subprocess.run([sys.executable, "app.py", "-m", "x=1,2"], cwd=tmp_path, capture_output=True, text=True,
+                            timeout=300)
+    out = result.stdout + result.stderr
+    upstream = bool(__import__("importlib").util.find_spec("hydra_plugins.hydra_optuna_sweeper"))
+    assert "study" not in out and "run it: python -m rlexp" not in out, out  # not rlexp's sweeper
+    if not upstream:
+        assert result.returncode != 0 and "Could not find 'hydra/sweeper/optuna'" in out, out
+    plain = subprocess.run([sys.executable, "app.py", "-m", "x=1,2", "hydra/sweeper=basic"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300)
+    assert plain.returncode == 0 and "x = 1" in plain.stdout and "x = 2" in plain.stdout, plain.stderr
+
+
+def test_hydras_basic_sweeper_and_launcher_run_rlexps_trials(tmp_path):
+    """hydra/sweeper=basic: Hydra's plain grid, each point a run in its own folder; hydra/launcher=basic under
+    rlexp's sweeper: trials one at a time inside the sweep's process, each recorded in the study."""
+    tiny = ["run.max_steps=64", "run.eval_episodes=1", "agent.n_steps=16", "env.n_envs=2", "agent.ppo_epochs=1"]
+    grid = rlexp(tmp_path / "grid", "-m", "hydra/sweeper=basic", "seed=0,1", *tiny) if (tmp_path / "grid").mkdir() is None \\
+        else None
+    assert grid.returncode == 0, grid.stdout[-3000:] + grid.stderr[-3000:]
+    assert grid.stdout.count("done (max_steps)") == 2
+    (tmp_path / "launcher").mkdir()
+    inline = rlexp(tmp_path / "launcher", "-m", "hydra/launcher=basic", "agent.lr=choice(1e-3,3e-4)",
+                   "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", *tiny)
+    assert inline.returncode == 0, inline.stdout[-3000:] + inline.stderr[-3000:]
+    assert "1 job at a time (hydra/launcher=basic trains each inside this process)" in inline.stdout
+    _, trials = only_study(tmp_path / "launcher")
+    assert [t.state for t in trials] == [TrialState.COMPLETE] * 2

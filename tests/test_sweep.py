@@ -146,6 +146,25 @@ def test_same_command_continues_its_study_and_another_sweep_starts_its_own(sweep
     assert named.returncode == 2
     out = named.stdout + named.stderr
     assert "another search space" in out and "hydra.sweeper.study_name=" in out and "Traceback" not in out
+    scored = rlexp(cwd, "-m", *TINY, "agent.lr=tag(log,interval(1e-4,1e-2))", "hydra.sweeper.seeds_per_trial=2",
+                   "hydra.sweeper.aggregate=iqm", f"hydra.sweeper.study_name={folder.name}")
+    assert scored.returncode == 2 and len(trials(cwd)) == 4  # nothing trained, nothing ranked together
+    assert (f"study {folder.name} scored its trials another way (aggregate: mean -> iqm; seeds_per_trial: 1 -> 2)"
+            in scored.stdout + scored.stderr) and "Traceback" not in scored.stdout + scored.stderr
+
+
+def test_a_study_is_named_by_how_it_scores_trials_too():
+    """The generated study name hashes the search space, the fixed values and the objective, aggregate and seeds
+    per trial: a sweep scored another way starts its own study; the default scoring keeps earlier studies' names."""
+    from rlexp.sweep.space import sweep_hash
+
+    space, fixed = {"agent.lr": FloatDistribution(1e-4, 1e-2, log=True)}, {"run.max_steps": "64"}
+    default = {"objective": "final_eval", "aggregate": "mean", "seeds_per_trial": 1}
+    assert sweep_hash(space, fixed, default) == sweep_hash(space, fixed)
+    names = {sweep_hash(space, fixed, {**default, **change}) for change in (
+        {}, {"objective": "auc"}, {"aggregate": "iqm"}, {"seeds_per_trial": 3},
+        {"objective": "mean_last_evals", "last_evals": 3}, {"objective": "mean_last_evals", "last_evals": 5})}
+    assert len(names) == 6
 
 
 @pytest.mark.hydra14
@@ -605,3 +624,32 @@ def test_a_baseline_splits_into_values_inside_the_search_space_and_values_outsid
     inside, outside = baseline_params(baseline, space)
     assert inside == {"agent.lr": 7e-4, "agent.lam": 1.0, "agent.clip_norm": 0.2}
     assert outside == {"agent.n_steps": 5, "agent.entropy_coef": 0.0}
+
+
+def test_each_study_samples_its_own_values_and_the_same_study_the_same_again(tmp_path):
+    """The sampler is reseeded per trial from the study's name, the seed and the trial's number: two studies with
+    the default seed draw different first values; the same study (resumed, or on another worker) the same ones."""
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+
+    def first_values(name):
+        sweep = OptunaSweep({**SETTINGS, "sampler": {"_target_": "optuna.samplers.TPESampler", "seed": None}},
+                            config, launcher=None)
+        sweep.distributions = {"agent.lr": FloatDistribution(1e-5, 1e-2, log=True)}
+        study = optuna.create_study(study_name=name, direction="maximize", sampler=sweep.s["sampler"])
+        values = []
+        for _ in range(4):
+            trial = study.ask()
+            sweep.suggest(study, trial)
+            values.append(trial.params["agent.lr"])
+            study.tell(trial, 0.0)
+        return values
+
+    first, again, other = first_values("ppo_cartpole_a1b2c3"), first_values("ppo_cartpole_a1b2c3"), \
+        first_values("ppo_cartpole_d4e5f6")
+    assert first == again and len(set(first)) == 4
+    assert not set(first) & set(other)

@@ -328,3 +328,32 @@ def test_an_env_family_is_the_id_without_namespace_version_and_continuous(env_id
     from rlexp.portfolio import env_family
 
     assert env_family(env_id) == family
+
+
+def test_a_report_past_max_steps_is_never_judged(tmp_path):
+    """Without run.eval_interval a trial reports its training mean at evenly spaced marks; an on-policy trial
+    collects its last rollout whole, past max_steps. Rollouts of 128 steps, max_steps 1000, 10 reports: step 1,024
+    reports at the 900 mark, after the trial trained its full length, so it is recorded, not judged. A trial behind
+    a finished one at a mark it reaches before max_steps is still pruned."""
+    from rlexp.sweep.pruning import PruningReporter
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=100.0, intermediate_values={m: 100.0 for m in range(100, 1001, 100)}))
+
+    def reporter():
+        trial_id = study.ask()._trial_id
+        spec = {"storage": url, "study": "s", "trial_id": trial_id, "pruner": "median", "warmup_trials": 1,
+                "warmup_steps": 850, "reports": 10, "leader": True, "prune": True}
+        return PruningReporter(spec, max_steps=1000, on_eval=False), trial_id
+
+    whole, whole_id = reporter()
+    for step in range(128, 1024, 128):  # marks 100..800: before the pruner's warm-up ends at 850
+        whole.scalars(step, {"episode/mean_return": 0.0})
+    whole.scalars(1024, {"episode/mean_return": 0.0})  # the 900 mark, after 1,024 steps: not judged
+    assert 900 in study._storage.get_trial(whole_id).intermediate_values
+    behind, _ = reporter()
+    for step in range(100, 900, 100):
+        behind.scalars(step, {"episode/mean_return": 0.0})
+    with pytest.raises(optuna.TrialPruned, match="pruned at step 900"):
+        behind.scalars(900, {"episode/mean_return": 0.0})

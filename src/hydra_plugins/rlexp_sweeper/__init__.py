@@ -191,8 +191,8 @@ for _name, _node in {"tpe": TPESamplerConf, "random": RandomSamplerConf, "grid":
                      "gp": GPSamplerConf, "qmc": QMCSamplerConf, "motpe": MOTPESamplerConf}.items():
     store.store(group="hydra/sweeper/sampler", name=_name, node=_node, provider="rlexp")
 store.store(group="hydra/sweeper", name="rlexp", node=RlexpSweeperConf, provider="rlexp")
-# configs written for hydra-optuna-sweeper (`override /hydra/sweeper: optuna`, its class as _target_) run on rlexp's
-store.store(group="hydra/sweeper", name="optuna", node=RlexpSweeperConf, provider="rlexp")
+# configs written for hydra-optuna-sweeper (`override /hydra/sweeper: optuna`) run on rlexp's through rlexp's own
+# conf/hydra/sweeper/optuna.yaml: a name stored here would change every Hydra app's `optuna` sweeper
 OPTUNA_SWEEPER = "hydra_plugins.hydra_optuna_sweeper.optuna_sweeper.OptunaSweeper"
 store.store(group="hydra/launcher", name="rlexp_local", node=RlexpLocalConf, provider="rlexp")
 store.store(group="hydra/launcher", name="rlexp_slurm", node=RlexpSlurmConf, provider="rlexp")

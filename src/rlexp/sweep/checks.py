@@ -14,6 +14,7 @@ from rlexp.sweep.settings import _shown, one_line
 from rlexp.sweep.space import described
 
 SPACE_ATTR = "search_space"  # the study's search space, as text (a continued study must search the same)
+MEASURE_ATTR = "measure"  # how the study scores a trial (a continued study must score it the same way)
 
 
 class Checks:
@@ -22,7 +23,9 @@ class Checks:
     config: Any
     config_loader: Any
     objective: str
+    aggregate: str
     n_seeds: int
+    s: dict[str, Any]
 
     def check_space(self, distributions: Mapping[str, BaseDistribution], is_grid: bool) -> None:
         """Refuse what would silently mean something else."""
@@ -72,6 +75,23 @@ class Checks:
                     line = hydra_error_line(e) or one_line(e)
                     prefix = "" if line.startswith(f"{key}={option}") else f"{key}={option}: "
                     raise SweepError(f"{prefix}{line}") from None
+
+    def measure(self) -> dict[str, Any]:
+        """How a trial's score is made: objective (with its last_evals), aggregate of seeds, seeds per trial."""
+        spec = {"objective": self.objective, "aggregate": self.aggregate, "seeds_per_trial": self.n_seeds}
+        if self.objective == "mean_last_evals":
+            spec["last_evals"] = self.s["last_evals"]
+        return spec
+
+    def check_measure(self, study: optuna.Study) -> None:
+        """A continued study must score trials as it did: values made another way would be ranked together."""
+        old, new = study.user_attrs.get(MEASURE_ATTR), self.measure()
+        if old is None or old == new:
+            return
+        changed = [k for k in sorted(set(old) | set(new)) if old.get(k) != new.get(k)]
+        detail = "; ".join(f"{k}: {old.get(k, 'absent')} -> {new.get(k, 'absent')}" for k in changed)
+        raise SweepError(f"study {study.study_name} scored its trials another way ({detail}); start a new study "
+                         "with hydra.sweeper.study_name=<new name>, or score them as it did")
 
     def check_search_space(self, study: optuna.Study, distributions: Mapping[str, BaseDistribution]) -> None:
         """A continued study must search the space it was made with (kept in the study; for a study made before

@@ -146,7 +146,9 @@ class PruningReporter(Tracker):
             return
         mark = step if self.on_eval else self.next_report
         self.next_report = (step // self.interval + 1) * self.interval
-        judged = self.learning_start < mark < self.max_steps
+        # a report at or past max_steps (a last rollout or fused call collected whole) comes after the trial
+        # trained its full length: recorded, never judged
+        judged = self.learning_start < mark < self.max_steps and step < self.max_steps
         if self.leader:
             self.trial.report(float(score), mark)
             pruned = judged and self.trial.should_prune()

@@ -25,12 +25,20 @@ class Job:
     result: Any = field(default=None, repr=False)
 
 
+def runs_in_process(launcher: Any) -> bool:
+    """Whether the launcher runs a job inside this process (Hydra's basic launcher): one job at a time, on the main
+    thread (a trial sets signal handlers and Hydra's per-job state)."""
+    return type(launcher).__name__ == "BasicLauncher"
+
+
 class Slots:
-    """`n` job slots over `launcher`: start a job in a free slot, wait for the next to end."""
+    """`n` job slots over `launcher`: start a job in a free slot, wait for the next to end. A launcher that runs
+    jobs in this process has one slot, and a job runs to its end when started."""
 
     def __init__(self, launcher: Any, n: int) -> None:
-        self.launcher, self.n = launcher, n
-        self.pool = ThreadPoolExecutor(max_workers=n, thread_name_prefix="rlexp-job")
+        self.inline = runs_in_process(launcher)
+        self.launcher, self.n = launcher, 1 if self.inline else n
+        self.pool = ThreadPoolExecutor(max_workers=self.n, thread_name_prefix="rlexp-job")
         self.running: dict[Future, Job] = {}
 
     @property
@@ -40,7 +48,12 @@ class Slots:
     def start(self, job: Job) -> None:
         assert self.free > 0, "no free slot"
         job.started = time.time()
-        self.running[self.pool.submit(self._run, job)] = job
+        if self.inline:
+            future: Future = Future()
+            future.set_result(self._run(job))
+            self.running[future] = job
+        else:
+            self.running[self.pool.submit(self._run, job)] = job
 
     def _run(self, job: Job) -> Any:
         try:

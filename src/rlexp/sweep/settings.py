@@ -78,7 +78,9 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         raise SweepError(f"hydra.sweeper.baseline={_shown(s['baseline'])}: use a mapping of searched keys to the "
                          "values the first trial trains, e.g. {agent.lr: 3e-4, agent.n_steps: 64}")
     s["enqueue"] = check_enqueue(s.get("enqueue"))
-    s["sampler"] = make_sampler(s.get("sampler"))
+    sampler = s.get("sampler")
+    s["sampler_seed"] = sampler.get("seed") if isinstance(sampler, Mapping) else None  # null: the run's seed
+    s["sampler"] = make_sampler(sampler)
     s["custom_search_space"] = check_custom_space(s.get("custom_search_space"))
     return s
 

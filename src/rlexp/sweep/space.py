@@ -94,10 +94,18 @@ def described(distributions: Mapping[str, BaseDistribution]) -> dict[str, str]:
     return {key: describe(dist) for key, dist in sorted(distributions.items())}
 
 
-def sweep_hash(distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> str:
-    """Six hex digits naming a sweep: its search space and the fixed values its trials train with. The same
-    command gives the same hash (and continues its study); another space or other fixed values another one."""
-    text = json.dumps({"space": described(distributions), "fixed": dict(sorted(fixed.items()))}, sort_keys=True)
+DEFAULT_MEASURE = {"objective": "final_eval", "aggregate": "mean", "seeds_per_trial": 1}
+
+
+def sweep_hash(distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str],
+               measure: Mapping[str, Any] | None = None) -> str:
+    """Six hex digits naming a sweep: its search space, the fixed values its trials train with and how a trial is
+    scored (objective, aggregate, seeds per trial; the default's studies keep the names they had). The same command
+    gives the same hash (and continues its study); another space, other fixed values or scores another one."""
+    parts = {"space": described(distributions), "fixed": dict(sorted(fixed.items()))}
+    if measure is not None and dict(measure) != DEFAULT_MEASURE:
+        parts["measure"] = dict(measure)
+    text = json.dumps(parts, sort_keys=True)
     return hashlib.sha1(text.encode()).hexdigest()[:6]
 
 

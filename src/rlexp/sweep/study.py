@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import math
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -22,10 +23,10 @@ from optuna.trial import TrialState
 
 from rlexp.errors import Started, SweepError
 from rlexp.sweep.pruning import LEADER_ENDED, TRIAL_ENV
-from rlexp.sweep.checks import SPACE_ATTR, Checks
+from rlexp.sweep.checks import MEASURE_ATTR, SPACE_ATTR, Checks
 from rlexp.sweep.confirm import Confirmation
 from rlexp.sweep.report import BASELINE_ATTR, STEPS_ATTR, Report, _format, params_of
-from rlexp.sweep.scheduler import Job, Slots, steps_on_disk
+from rlexp.sweep.scheduler import Job, Slots, runs_in_process, steps_on_disk
 from rlexp.sweep.settings import _shown, check_settings, one_line
 from rlexp.sweep.space import baseline_params, described, grid_choices, grid_points, search_space, sweep_hash
 from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, storage_url
@@ -76,6 +77,7 @@ class OptunaSweep(Checks, Confirmation, Report):
                              "the Pareto front: drop confirm or directions")
         self.prune = not self.multi and self.s["pruner"] != "none"
         self.seed = int(self.config.get("seed") or 0)
+        self.sampler_seed = self.seed if self.s.get("sampler_seed") is None else int(self.s["sampler_seed"])
         self.fixed: dict[str, str] = {}
 
     # -- set-up ------------------------------------------------------------------------------------------
@@ -88,7 +90,7 @@ class OptunaSweep(Checks, Confirmation, Report):
 
         choices = self.config.hydra.runtime.choices
         env = env_display_name(choices.get("env"), str(OmegaConf.select(self.config, "env.id", default="")))
-        return f"{choices.get('agent')}_{env}_{sweep_hash(distributions, fixed)}"
+        return f"{choices.get('agent')}_{env}_{sweep_hash(distributions, fixed, self.measure())}"
 
     def sibling_studies(self, name: str) -> list[str]:
         """[<agent>+<env>, the other generated studies of the pair in multirun/], or [] (a name of the user's)."""
@@ -138,6 +140,7 @@ class OptunaSweep(Checks, Confirmation, Report):
                 self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
                 self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
             self.check_search_space(study, distributions)
+            self.check_measure(study)
             trials = study.get_trials(deepcopy=False)
             counts = {s.name: sum(t.state == s for t in trials) for s in TrialState}
             log.info(f"continuing study {name} ({len(trials)} trials so far: "
@@ -145,6 +148,7 @@ class OptunaSweep(Checks, Confirmation, Report):
                      + (f"; marked {len(stale)} trial(s) left running by a stopped sweep FAIL" if stale else "") + ")")
         else:
             study.set_user_attr(SPACE_ATTR, described(distributions))
+            study.set_user_attr(MEASURE_ATTR, self.measure())
             others = self.sibling_studies(name)
             log.info(f"new study {name} in {self.storage_url}" + (
                 f"; other studies of {others[0]} here: {', '.join(others[1:])} (another search space or other fixed "
@@ -187,8 +191,10 @@ class OptunaSweep(Checks, Confirmation, Report):
             log.info(f"study {study.study_name} already holds {held} trial(s) (hydra.sweeper.n_trials={self.n_trials}); "
                      "raise hydra.sweeper.n_trials to add more")
         else:
-            log.info(f"sweep dir {self.sweep_dir}; trials until the study holds {self.n_trials}{seeds}, "
-                     f"{self.s['n_jobs']} job(s) at a time; one line per trial (each trial's log: trial_<n>/)")
+            slots = "1 job at a time (hydra/launcher=basic trains each inside this process)" if runs_in_process(
+                self.launcher) else f"{self.s['n_jobs']} job(s) at a time"
+            log.info(f"sweep dir {self.sweep_dir}; trials until the study holds {self.n_trials}{seeds}, {slots}; "
+                     "one line per trial (each trial's log: trial_<n>/)")
             self.search(study)
         if self.confirm:
             self.run_confirmation(study)
@@ -330,8 +336,9 @@ class OptunaSweep(Checks, Confirmation, Report):
                  + (f"; sampled: {', '.join(sampled)}" if sampled else ""))
 
     def suggest(self, study: optuna.Study, trial: optuna.trial.Trial) -> None:
-        # draws depend on (seed, trial number): reproducible, and distinct across resumed or concurrent sweeps
-        reseed(study.sampler, self.seed * 100_003 + trial.number)
+        # draws depend on (study, seed, trial number): reproducible, distinct across resumed or concurrent sweeps of
+        # one study, and across studies
+        reseed(study.sampler, trial_seed(study.study_name, self.sampler_seed, trial.number))
         fixed = trial.user_attrs.get(BASELINE_ATTR, {})
         for name, dist in self.distributions.items():
             if name not in fixed:
@@ -484,6 +491,11 @@ def aggregate(values: list[float], how: str) -> float:
 
         return float(iqm(values))
     return float(sum(values) / len(values))
+
+
+def trial_seed(study_name: str, seed: int, number: int) -> int:
+    """The sampler's seed for a trial: a hash of the study's name, the sweep's seed and the trial's number."""
+    return zlib.crc32(f"{study_name}:{seed}:{number}".encode())
 
 
 def reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:
