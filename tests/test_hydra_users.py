@@ -272,10 +272,14 @@ def test_hydras_basic_sweeper_and_launcher_run_rlexps_trials(tmp_path):
     """hydra/sweeper=basic: Hydra's plain grid, each point a run in its own folder; hydra/launcher=basic under
     rlexp's sweeper: trials one at a time inside the sweep's process, each recorded in the study."""
     tiny = ["run.max_steps=64", "run.eval_episodes=1", "agent.n_steps=16", "env.n_envs=2", "agent.ppo_epochs=1"]
-    grid = rlexp(tmp_path / "grid", "-m", "hydra/sweeper=basic", "seed=0,1", *tiny) if (tmp_path / "grid").mkdir() is None \\
-        else None
+    (tmp_path / "grid").mkdir()
+    grid = rlexp(tmp_path / "grid", "-m", "hydra/sweeper=basic", "seed=0,1", *tiny)
     assert grid.returncode == 0, grid.stdout[-3000:] + grid.stderr[-3000:]
-    assert grid.stdout.count("done (max_steps)") == 2
+    (day,) = (tmp_path / "grid/multirun").iterdir()  # Hydra's own multirun/<date>/<time>/ without a study name
+    (folder,) = day.iterdir()
+    summaries = sorted(folder.glob("trial_*/summary.json"))
+    assert [p.parent.name for p in summaries] == ["trial_0", "trial_1"]
+    assert sorted(yaml.safe_load((p.parent / ".hydra/config.yaml").read_text())["seed"] for p in summaries) == [0, 1]
     (tmp_path / "launcher").mkdir()
     inline = rlexp(tmp_path / "launcher", "-m", "hydra/launcher=basic", "agent.lr=choice(1e-3,3e-4)",
                    "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", *tiny)

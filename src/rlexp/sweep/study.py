@@ -34,7 +34,8 @@ from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, storage_url
 log = logging.getLogger("rlexp.sweep")
 RESERVED_ATTR = "reserved_steps"   # a running trial's env steps at its full length, held against max_env_steps
 INTERRUPTED_ATTR = "interrupted"   # a trial a stopped or killed sweep left unfinished: not counted, run again
-DEFAULT_SWEEP_DIR = "multirun/${hydra.sweeper.study_name}"  # conf/config.yaml's: the study's own folder
+# conf/config.yaml's: the study's own folder (Hydra's basic sweeper, which has no study name: Hydra's dated one)
+DEFAULT_SWEEP_DIR = "multirun/${oc.select:hydra.sweeper.study_name,${now:%Y-%m-%d}/${now:%H-%M-%S}}"
 
 
 @dataclass
