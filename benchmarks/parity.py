@@ -69,6 +69,10 @@ CASES = {
                                              "RL Zoo's trpo.yml LunarLanderContinuous-v3 row on SB3's TRPO defaults "
                                              "(cg_max_steps 15), RL Zoo's benchmark budget; rlexp: its continuous "
                                              "fallback, which holds that row, on the command line"),
+    "dqn-mountaincar-zoo": Case(["agent=dqn", "env=generic", "env.id=MountainCar-v0"], "dqn-mountaincar-zoo",
+                                120_000, "RL Zoo's dqn.yml MountainCar-v0 row: rlexp's translation of it "
+                                "(env=generic finds the row), SB3's DQN built from it as RL Zoo builds it "
+                                "(benchmarks/sb3_zoo_row.py)"),
     "ppo-lstm-cartpole-novel-20k": Case([*LSTM, "env=cartpole_novel"], "ppo-lstm-cartpole-novel", 20_000,
                                         "RL Zoo's ppo_lstm.yml CartPoleNoVel-v1 row with observations normalised, "
                                         "rewards not (RL Zoo's current row normalises both); rlexp: "
@@ -80,12 +84,13 @@ CASES = {
                                          "normalised) on RecurrentPPO's defaults (batch 128); rlexp: "
                                          "conf/tuned/ppo_pendulum_novel.yaml with model=lstm"),
 }
-FAMILIES = {"trpo": "TRPO (rlexp's TRPO, sb3-contrib's TRPO)",
+FAMILIES = {"trpo": "TRPO (rlexp's TRPO, sb3-contrib's TRPO)", "dqn": "DQN (rlexp's DQN, SB3's DQN)",
             "ppo-lstm": "Recurrent PPO (rlexp's PPO with model=lstm, sb3-contrib's RecurrentPPO)"}
 # What differs between the implementations with the same settings, read from both sides' code
 DIFFERENCES = {
     "trpo": [
-        "line search: rlexp halves the step each try (SB3: x0.8), both 10 tries, both from the step whose quadratic "
+        "line search: rlexp's step shrinks by agent.line_search_shrink each try (0.5, xagents', by default; RL Zoo's "
+        "rows and the fallbacks: SB3's 0.8; the rows below ran at 0.5), both 10 tries, both from the step whose quadratic "
         "KL estimate equals the bound (rlexp with x0.8 on trpo-halfcheetah-1m seeds 1 and 2, where it ends near "
         "1,850: 1,884.9 and 1,854.9, against 1,850.8 and 1,854.9 halving; on trpo-lunarlander-continuous-200k "
         "seeds 0-2 the same 212.6 / 168.9 / 225.4: there every first try is accepted, so the factor is not the "

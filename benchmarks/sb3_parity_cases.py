@@ -45,6 +45,20 @@ TRPO_CASES = {  # name: (env id, default steps, TRPO kwargs besides SB3's defaul
     "trpo-lunarlander-continuous": ("LunarLanderContinuous-v3", 200_000, dict(n_steps=1024, n_critic_updates=20)),
 }
 RECURRENT_CASES = ("ppo-lstm-cartpole-novel", "ppo-lstm-pendulum-novel")
+# RL Zoo's rows as RL Zoo builds them (sb3_zoo_row.py, from rlexp's shipped copy of its files): name: (file, row, env)
+ZOO_CASES = {"dqn-mountaincar-zoo": ("dqn", "MountainCar-v0", "MountainCar-v0")}
+
+
+def zoo_case(name: str, seed: int, steps: int | None) -> tuple[BaseAlgorithm, int]:
+    import yaml
+
+    import sb3_zoo_row
+
+    algo, key, env_id = ZOO_CASES[name]
+    path = Path(__file__).resolve().parents[1] / "src/rlexp/zoo/hyperparams" / f"{algo}.yml"
+    row = yaml.safe_load(path.read_text())[key]
+    model, _ = sb3_zoo_row.build(algo, {**row, "seed": seed}, env_id)
+    return model, steps or int(float(row["n_timesteps"]))
 
 
 def trpo_case(name: str, seed: int, steps: int | None) -> tuple[TRPO, int]:
@@ -112,7 +126,7 @@ def resume(model: BaseAlgorithm, directory: Path) -> tuple[BaseAlgorithm, float]
 
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("case", choices=[*TRPO_CASES, *RECURRENT_CASES])
+    parser.add_argument("case", choices=[*TRPO_CASES, *RECURRENT_CASES, *ZOO_CASES])
     parser.add_argument("seed", type=int)
     parser.add_argument("steps", type=int, nargs="?")
     parser.add_argument("--checkpoint-dir", type=Path)
@@ -120,6 +134,8 @@ def main() -> None:
     name, seed = opts.case, opts.seed
     if name in TRPO_CASES:
         model, steps = trpo_case(name, seed, opts.steps)
+    elif name in ZOO_CASES:
+        model, steps = zoo_case(name, seed, opts.steps)
     else:
         model, steps, _ = sb3_extra_cases.case(name, seed, opts.steps)
     seconds_before, callback = 0.0, None

@@ -49,7 +49,8 @@ def build(algo: str, row: dict, env_id: str):
     noise_type, noise_std = params.pop("noise_type", None), params.pop("noise_std", 0.0)
     wrapper_class = AtariWrapper if wrapper and "AtariWrapper" in str(wrapper) else None
     wrapper_kwargs = next(iter(wrapper[0].values())) if wrapper_class and isinstance(wrapper[0], dict) else None
-    envs = make_vec_env(env_id, n_envs=n_envs, seed=0, wrapper_class=wrapper_class, wrapper_kwargs=wrapper_kwargs)
+    seed = int(params.pop("seed", 0))
+    envs = make_vec_env(env_id, n_envs=n_envs, seed=seed, wrapper_class=wrapper_class, wrapper_kwargs=wrapper_kwargs)
     if frame_stack:
         envs = VecFrameStack(envs, n_stack=int(frame_stack))
     if normalize:
@@ -59,7 +60,7 @@ def build(algo: str, row: dict, env_id: str):
         n = envs.action_space.shape[0]
         noise_class = NormalActionNoise if noise_type == "normal" else OrnsteinUhlenbeckActionNoise
         params["action_noise"] = noise_class(mean=np.zeros(n), sigma=float(noise_std) * np.ones(n))
-    return ALGOS[algo](env=envs, seed=0, **params), envs
+    return ALGOS[algo](env=envs, seed=seed, device="cpu", **params), envs
 
 
 def layers(module: nn.Module) -> list[list]:
