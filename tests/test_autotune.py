@@ -230,7 +230,8 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
 def test_the_first_log_line_names_the_preset_the_run_uses(tmp_path):
     tiny = ["run.max_steps=64", "run.eval_episodes=1", "agent.n_steps=8"]
     runs = {
-        "tuned preset for ppo+cartpole: tuned/ppo_cartpole.yaml (shipped with rlexp)":
+        "RL Zoo's row for ppo+cartpole: ppo.yml CartPole-v1 (rl-baselines3-zoo 2.9.0a2), with tuned/ppo_cartpole.yaml "
+        "(shipped with rlexp) over it":
             started(tmp_path / "a", "env=cartpole", *tiny),
         "RL Zoo's row for ppo+Acrobot-v1: ppo.yml Acrobot-v1 (rl-baselines3-zoo 2.9.0a2)":
             started(tmp_path / "b", "env=generic", "env.id=Acrobot-v1", *tiny),

@@ -172,13 +172,21 @@ def test_a_shipped_row_trains_and_a_users_file_wins(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_users_agent_preset_overridden_by_a_tuned_preset_is_said(tmp_path):
+def test_a_users_agent_preset_overridden_by_a_row_or_a_tuned_preset_is_said(tmp_path):
+    """myconf/agent/td3.yaml changes lr (which RL Zoo's Pendulum row sets) and opt_epsilon (which
+    tuned/td3_pendulum.yaml sets over the row): one line for each layer, naming it, the key and the user's file."""
     (tmp_path / "my/agent").mkdir(parents=True)
     shipped_td3 = Path(__import__("rlexp.conf", fromlist=["x"]).__file__).parent / "agent/td3.yaml"
-    (tmp_path / "my/agent/td3.yaml").write_text(shipped_td3.read_text().replace("lr: 1.0e-3", "lr: 5.0e-4"))
+    (tmp_path / "my/agent/td3.yaml").write_text(shipped_td3.read_text().replace("lr: 1.0e-3", "lr: 5.0e-4")
+                                                + "opt_epsilon: 1.0e-6\n")
     result = rlexp(tmp_path, "--config-dir", "my", "agent=td3", "env=pendulum", "run.max_steps=300",
                    "buffer.initial_size=100", "run.eval_episodes=1", "run.progress=none", "run_dir=outputs/t")
     assert result.returncode == 0, result.stderr[-2000:]
+    mine = tmp_path / "my/agent/td3.yaml"
     said = [line for line in result.stdout.splitlines() if "over your own presets" in line]
-    assert said == [f"tuned/td3_pendulum.yaml sets agent.lr ({tmp_path / 'my/agent/td3.yaml'}) over your own "
-                    "presets: set them on the command line to keep yours"]
+    assert said == [f"tuned/td3_pendulum.yaml sets agent.opt_epsilon ({mine}) over your own presets: set them on "
+                    "the command line to keep yours",
+                    f"RL Zoo's row td3.yml Pendulum-v1 sets agent.lr ({mine}) over your own presets: set them on "
+                    "the command line to keep yours"]
+    config = yaml.safe_load((tmp_path / "outputs/t/.hydra/config.yaml").read_text())
+    assert config["agent"]["lr"] == 1e-3 and config["agent"]["opt_epsilon"] == 1e-7

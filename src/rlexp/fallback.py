@@ -173,7 +173,9 @@ def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[
     with open_dict(merged):
         if not chose_model:
             merged.model = OmegaConf.merge(OmegaConf.create(model), above.get("model", {}))
-    say_overridden(cfg, {key: value for key, value in sections.items()}, choices, f"RL Zoo's row {row.file} {row.key}")
+    by_row = {group: {key: value for key, value in keys.items() if key not in (above.get(group) or {})}
+              for group, keys in sections.items()}  # (what `over` sets again, its own line names)
+    say_overridden(cfg, by_row, choices, f"RL Zoo's row {row.file} {row.key}")
     apply_overrides(merged, overrides)
     with open_dict(merged):
         fit_sequences(merged)
