@@ -653,3 +653,78 @@ def test_each_study_samples_its_own_values_and_the_same_study_the_same_again(tmp
         first_values("ppo_cartpole_d4e5f6")
     assert first == again and len(set(first)) == 4
     assert not set(first) & set(other)
+
+
+def test_a_killed_sweepers_trials_are_reclaimed_on_a_journal_file_and_their_steps_count(tmp_path):
+    """A journal file keeps no heartbeats: the sweeper writes each running trial's in its `heartbeat` attribute.
+    A RUNNING trial whose heartbeat is older than grace_period was left by a killed sweeper: the next claim marks
+    it FAIL, to be run again, and the 1,200 env steps its folder shows it trained count against max_env_steps."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+    from rlexp.sweep.storage import HEARTBEAT_ATTR, Heartbeat, stale_trial_ids
+    from rlexp.sweep.study import INTERRUPTED_ATTR, STEPS_ATTR
+
+    storage = make_storage(f"journal:///{tmp_path}/journal.log")
+    study = optuna.create_study(study_name="j", storage=storage, direction="maximize")
+    killed, alive = study.ask(), study.ask()
+    storage.set_trial_user_attr(killed._trial_id, HEARTBEAT_ATTR, time.time() - 120)
+    with Heartbeat(storage, 0.05) as beat:
+        beat.add(alive._trial_id)
+        assert stale_trial_ids(storage, study._study_id, 60) == [killed._trial_id]
+    (tmp_path / "trial_0").mkdir()
+    pq.write_table(pa.table({"step": [600, 1200]}), tmp_path / "trial_0/history.parquet")
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    sweep = OptunaSweep({**SETTINGS, "grace_period": 60, "max_env_steps": 10_000}, config, launcher=None)
+    sweep.storage, sweep.sweep_dir, sweep.cap = storage, tmp_path, 10_000
+    assert sweep.reclaim(study) == [killed._trial_id]
+    frozen = study.get_trials(deepcopy=False)[0]
+    assert frozen.state == TrialState.FAIL and frozen.user_attrs[INTERRUPTED_ATTR]
+    assert frozen.user_attrs[STEPS_ATTR] == 1200 and study.get_trials()[1].state == TrialState.RUNNING
+
+
+def test_an_interrupted_baseline_is_trained_again(tmp_path):
+    """The baseline (trial 0) and enqueued trials are a study's first trials; one a stopped sweep left unfinished
+    is not counted and is run again before any sampled trial."""
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+    from rlexp.sweep.study import FIRST_ATTR, INTERRUPTED_ATTR, first_key
+
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    baseline, enqueued = {"agent.lr": 3e-4}, {"agent.lr": 1e-3}
+    sweep = OptunaSweep({**SETTINGS, "baseline": baseline, "enqueue": [enqueued]}, config, launcher=None)
+    interrupted = optuna.trial.create_trial(state=TrialState.FAIL, user_attrs={
+        FIRST_ATTR: first_key(baseline), INTERRUPTED_ATTR: True})
+    assert sweep.next_first([interrupted]) == (True, baseline)
+    done = optuna.trial.create_trial(value=1.0, user_attrs={FIRST_ATTR: first_key(baseline)})
+    assert sweep.next_first([interrupted, done]) == (False, enqueued)
+
+
+def test_a_workers_final_report_names_the_trials_still_running_elsewhere(tmp_path, caplog):
+    """Two workers fill one study: the first to finish reports the best of the finished trials and names the
+    trials the other is still training, whose results its report cannot hold."""
+    import logging
+
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    sweep = OptunaSweep(SETTINGS, config, launcher=None)
+    sweep.distributions = {"agent.lr": FloatDistribution(1e-4, 1e-2)}
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/optuna.db", direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=10.0, params={"agent.lr": 1e-3},
+                                              distributions=sweep.distributions))
+    study.ask(), study.ask()  # trials 1 and 2: another worker's, running
+    sweep.storage_url, sweep.is_grid = f"sqlite:///{tmp_path}/optuna.db", False
+    with caplog.at_level(logging.INFO, logger="rlexp"):
+        sweep.report(study)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("best: ")]
+    assert line == ("best: trial 0, objective 10 (1 complete, 0 pruned, 0 failed; so far: trial(s) 1, 2 still running "
+                    "on another worker, which reports the study's best when it ends)")

@@ -357,3 +357,27 @@ def test_a_report_past_max_steps_is_never_judged(tmp_path):
         behind.scalars(step, {"episode/mean_return": 0.0})
     with pytest.raises(optuna.TrialPruned, match="pruned at step 900"):
         behind.scalars(900, {"episode/mean_return": 0.0})
+
+
+def test_the_baseline_is_scored_at_the_rungs_but_never_pruned(tmp_path):
+    """mode=autotune's trial 0 (the untuned values) is the reference the tuned preset must beat: a halving rung
+    records its score, where it is behind, and it trains on; another trial behind at the same rung stops."""
+    from rlexp.sweep.pruning import PruningReporter
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=100.0, intermediate_values={100: 100.0},
+                                              user_attrs={"rung_100": 100.0, "rung_100_at": 0.0}))
+
+    def reporter(reference):
+        trial_id = study.ask()._trial_id
+        spec = {"storage": url, "study": "s", "trial_id": trial_id, "pruner": "halving", "warmup_trials": 1,
+                "warmup_steps": 100, "reports": 10, "leader": True, "prune": True, "reference": reference}
+        return PruningReporter(spec, max_steps=1000, on_eval=True), trial_id
+
+    baseline, baseline_id = reporter(True)
+    baseline.scalars(100, {"eval/mean_return": 0.0})  # behind the finished trial at the 100-step rung
+    assert study._storage.get_trial(baseline_id).user_attrs["rung_100"] == 0.0
+    other, _ = reporter(False)
+    with pytest.raises(optuna.TrialPruned, match="pruned at step 100"):
+        other.scalars(100, {"eval/mean_return": 0.0})

@@ -123,6 +123,7 @@ class PruningReporter(Tracker):
                              max_steps, learning_start)
         study = optuna.load_study(study_name=spec["study"], storage=self.storage, pruner=pruner)
         self.trial_id, self.leader, self.on_eval = int(spec["trial_id"]), bool(spec.get("leader", True)), on_eval
+        self.reference = bool(spec.get("reference"))  # the baseline: scored at the rungs, never stopped
         self.max_steps, self.learning_start, self.ended = max_steps, learning_start, False
         self.trial = optuna.trial.Trial(study, self.trial_id)
         if self.leader:
@@ -151,7 +152,7 @@ class PruningReporter(Tracker):
         judged = self.learning_start < mark < self.max_steps and step < self.max_steps
         if self.leader:
             self.trial.report(float(score), mark)
-            pruned = judged and self.trial.should_prune()
+            pruned = judged and self.trial.should_prune() and not self.reference
             if pruned:
                 self.storage.set_trial_user_attr(self.trial_id, PRUNED_AT, mark)
             self.storage.set_trial_user_attr(self.trial_id, DECIDED, mark)

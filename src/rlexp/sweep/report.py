@@ -114,8 +114,11 @@ class Report:
             return
         preset = self.write_best_preset(best, study.study_name, results.get("best_value", best.values[0]))
         self.plot(study, complete)
+        running = [t.number for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+        elsewhere = (f"; so far: trial(s) {', '.join(map(str, running))} still running on another worker, which "
+                     "reports the study's best when it ends") if running else ""
         done = (f"({counts.get('COMPLETE', 0)} complete, {counts.get('PRUNED', 0)} pruned, "
-                f"{counts.get('FAIL', 0)} failed)")
+                f"{counts.get('FAIL', 0)} failed{elsewhere})")
         if self.multi:
             log.info(f"Pareto front: {len(results['pareto_front'])} trial(s) {done}; highest {self.objective}: trial "
                      f"{best.number} ({_format(best.values[0])} in {best.values[1]:.1f} s); all in pareto_front.csv")

@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any, Iterator
 
 import optuna
+from optuna.trial import TrialState
 
 from rlexp.errors import SweepError
 
@@ -123,13 +124,16 @@ def claim_lock(storage, url: str, study_name: str) -> Iterator[None]:
             connection.commit()
 
 
+HEARTBEAT_ATTR = "heartbeat"  # a running trial's last sign of life, where the storage keeps no heartbeat (journal)
+
+
 class Heartbeat:
-    """Records a heartbeat for the running trials so that a later sweeper can tell them from a killed one's
-    (storages with heartbeats: SQL databases)."""
+    """Records a heartbeat for the running trials so that a later sweeper can tell them from a killed one's: the
+    storage's own (SQL databases), else the time in the trial's user attribute `heartbeat` (a journal file)."""
 
     def __init__(self, storage, interval: float) -> None:
         self.storage, self.interval, self.trial_ids = storage, interval, set()
-        self.enabled = hasattr(storage, "record_heartbeat")
+        self.native = hasattr(storage, "record_heartbeat")
         self.stop = threading.Event()
         self.thread = threading.Thread(target=self._run, daemon=True)
 
@@ -140,21 +144,37 @@ class Heartbeat:
     def beat(self) -> None:
         for trial_id in list(self.trial_ids):
             try:
-                self.storage.record_heartbeat(trial_id)
+                if self.native:
+                    self.storage.record_heartbeat(trial_id)
+                else:
+                    self.storage.set_trial_user_attr(trial_id, HEARTBEAT_ATTR, time.time())
             except Exception as e:  # noqa: BLE001 - a missed heartbeat must not stop the sweep
                 log.debug(f"heartbeat failed: {e}")
 
     def add(self, trial_id: int) -> None:
         self.trial_ids.add(trial_id)
-        if self.enabled:
-            self.beat()
+        self.beat()
 
     def __enter__(self):
-        if self.enabled:
-            self.thread.start()
+        self.thread.start()
         return self
 
     def __exit__(self, *exc) -> None:
-        if self.enabled:
-            self.stop.set()
-            self.thread.join()
+        self.stop.set()
+        self.thread.join()
+
+
+def stale_trial_ids(storage, study_id: int, grace_period: float) -> list[int]:
+    """RUNNING trials with no heartbeat for `grace_period` seconds: left by a sweeper that was killed. SQL storages
+    keep heartbeats themselves; on others a trial's `heartbeat` attribute (or, without one, its start) tells."""
+    if hasattr(storage, "_get_stale_trial_ids"):
+        return list(storage._get_stale_trial_ids(study_id))
+    now = time.time()
+    stale = []
+    for trial in storage.get_all_trials(study_id, deepcopy=False, states=(TrialState.RUNNING,)):
+        last = trial.user_attrs.get(HEARTBEAT_ATTR)
+        if last is None and trial.datetime_start is not None:
+            last = trial.datetime_start.timestamp()
+        if last is not None and now - float(last) > grace_period:
+            stale.append(trial._trial_id)
+    return stale

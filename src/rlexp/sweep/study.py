@@ -29,7 +29,7 @@ from rlexp.sweep.report import BASELINE_ATTR, STEPS_ATTR, Report, _format, param
 from rlexp.sweep.scheduler import Job, Slots, runs_in_process, steps_on_disk
 from rlexp.sweep.settings import _shown, check_settings, one_line
 from rlexp.sweep.space import baseline_params, described, grid_choices, grid_points, search_space, sweep_hash
-from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, storage_url
+from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, stale_trial_ids, storage_url
 
 log = logging.getLogger("rlexp.sweep")
 RESERVED_ATTR = "reserved_steps"   # a running trial's env steps at its full length, held against max_env_steps
@@ -53,6 +53,7 @@ class Running:
         return len(self.ended) == len(self.jobs)
 
 
+REFERENCE_ATTR = "baseline"  # the baseline trial: never pruned (its scores still reach the pruner's rungs)
 FIRST_ATTR = "first_trial"  # a baseline's or enqueued trial: the values it was asked to train (first_key)
 
 
@@ -133,13 +134,7 @@ class OptunaSweep(Checks, Confirmation, Report):
         if type(study._storage).__name__ == "_CachedStorage":
             study._storage = study._storage._backend
         if exists:
-            stale = []
-            if hasattr(self.storage, "_get_stale_trial_ids"):  # RUNNING, no heartbeat for grace_period
-                stale = self.storage._get_stale_trial_ids(study._study_id)
-            for trial_id in stale:
-                self.storage.set_trial_user_attr(trial_id, "error", "left running by a sweep that was stopped")
-                self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
-                self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            stale = self.reclaim(study, say=False)
             self.check_search_space(study, distributions)
             self.check_measure(study)
             trials = study.get_trials(deepcopy=False)
@@ -240,6 +235,7 @@ class OptunaSweep(Checks, Confirmation, Report):
             except KeyboardInterrupt:
                 for owner in running:
                     owner.trial.set_user_attr(INTERRUPTED_ATTR, True)
+                    owner.trial.set_user_attr(STEPS_ATTR, self.steps_trained(owner.trial.number))
                     self.tell(study, owner.trial, TrialState.FAIL, None, "the sweep was interrupted", 0.0)
                 log.error(f"interrupted after {finished} trial(s); run the same command again to continue study "
                           f"{study.study_name}")
@@ -282,6 +278,7 @@ class OptunaSweep(Checks, Confirmation, Report):
         """The study's next trial for this worker, or None when the study holds n_trials (a grid: each point once)
         or the step budget can't take one more. Under the claim lock, so that workers never overshoot."""
         with claim_lock(self.storage, self.storage_url, study.study_name):
+            self.reclaim(study)  # a worker killed meanwhile: its trials go back to the study
             trials = study.get_trials(deepcopy=False)
             counted = counted_trials(study, trials)
             if len(counted) >= self.n_trials:
@@ -305,6 +302,8 @@ class OptunaSweep(Checks, Confirmation, Report):
             trial = study.ask()
             if first is not None:
                 trial.set_user_attr(FIRST_ATTR, first_key(first[1]))
+                if first[0]:
+                    trial.set_user_attr(REFERENCE_ATTR, True)  # the baseline: never pruned, the others' reference
             if rest:
                 trial.set_user_attr(BASELINE_ATTR, rest)
             if self.cap:
@@ -322,9 +321,10 @@ class OptunaSweep(Checks, Confirmation, Report):
         """The next of the study's first trials no trial has trained yet, (is it the baseline, its values): the
         baseline (a new study's trial 0), then hydra.sweeper.enqueue's configurations in order. A continued study
         trains those it lacks; a study made before trials were marked has had its baseline."""
-        taken = {t.user_attrs.get(FIRST_ATTR) for t in trials}
+        counted = [t for t in trials if not t.user_attrs.get(INTERRUPTED_ATTR)]  # an interrupted one: run again
+        taken = {t.user_attrs.get(FIRST_ATTR) for t in counted}
         baseline = self.s.get("baseline")
-        if baseline and trials and taken == {None}:
+        if baseline and counted and taken == {None}:
             taken.add(first_key(dict(baseline)))
         firsts = ([(True, dict(baseline))] if baseline else []) + [(False, dict(e)) for e in self.s.get("enqueue") or []]
         return next((first for first in firsts if first_key(first[1]) not in taken), None)
@@ -372,8 +372,9 @@ class OptunaSweep(Checks, Confirmation, Report):
     def trial_overrides(self, study: optuna.Study, trial: optuna.trial.FrozenTrial | optuna.trial.Trial,
                         seed: int | None, subdir: str, leader: bool = True, report: bool = True) -> list[str]:
         trial_id = trial._trial_id if report else None
+        reference = bool(trial.user_attrs.get(REFERENCE_ATTR))
         spec = {"storage": self.storage_url, "study": study.study_name, "trial_id": trial_id,
-                "prune": self.prune and report, "leader": leader, "pruner": self.s["pruner"],
+                "prune": self.prune and report, "reference": reference, "leader": leader, "pruner": self.s["pruner"],
                 "warmup_trials": self.s["warmup_trials"], "warmup_steps": self.s["warmup_steps"],
                 "reports": self.s["reports"], "last_evals": self.s["last_evals"]}
         values = {**params_of(trial), **self.fixed}
@@ -419,6 +420,30 @@ class OptunaSweep(Checks, Confirmation, Report):
         if isinstance(ret._return_value, optuna.TrialPruned):
             return TrialState.PRUNED, None, one_line(ret._return_value)
         return TrialState.FAIL, None, one_line(ret._return_value)
+
+    def reclaim(self, study: optuna.Study, say: bool = True) -> list[int]:
+        """Mark FAIL (and to be run again) the trials a killed sweeper left RUNNING: no heartbeat for grace_period
+        on any storage; what their folders show they trained counts against max_env_steps."""
+        stale = stale_trial_ids(self.storage, study._study_id, float(self.s["grace_period"]))
+        for trial_id in stale:
+            self.storage.set_trial_user_attr(trial_id, "error", "left running by a sweep that was stopped")
+            self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
+            number = self.storage.get_trial_number_from_id(trial_id)
+            self.storage.set_trial_user_attr(trial_id, STEPS_ATTR, self.steps_trained(number))
+            try:
+                self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
+            except RuntimeError:  # finished meanwhile
+                continue
+        if stale and say:
+            log.info(f"marked {len(stale)} trial(s) left running by a stopped sweep FAIL; they are run again")
+        return stale
+
+    def steps_trained(self, number: int) -> int:
+        """The env steps trial `number`'s folders show its seeds trained (an interrupted or killed trial's: they
+        count against max_env_steps though the trial is run again)."""
+        folder = self.sweep_dir / f"trial_{number}"
+        seeds = [path for path in folder.glob("seed_*") if path.is_dir()] if self.n_seeds > 1 else [folder]
+        return sum(steps_on_disk(path) for path in seeds)
 
     def job_steps_trained(self, job: Job) -> int:
         """The env steps one job trained: a finished one's, a pruned one's at its pruning, else its run dir's."""
