@@ -218,9 +218,17 @@ def test_docs_say_what_carries_over_from_hydra_optuna_sweeper():
     assert "## Coming from hydra-optuna-sweeper" in text
     section = text.split("## Coming from hydra-optuna-sweeper", 1)[1].split("\n## ", 1)[0]
     for word in ("custom_search_space", "study_name: null", "hydra/sweeper/sampler=grid", "n_trials",
-                 "hydra.mode=RUN", "pruning"):
+                 "hydra.mode=RUN", "pruning", "conf/hydra/sweeper/optuna.yaml"):
         assert word in section, word
-    assert textwrap.dedent(section).strip()
+    # every `hydra.sweeper.<key>` the section names is a setting of rlexp's sweeper
+    import dataclasses
+    import re
+
+    from hydra_plugins.rlexp_sweeper import RlexpSweeperConf
+
+    settings = {f.name for f in dataclasses.fields(RlexpSweeperConf)}
+    named = set(re.findall(r"hydra\.sweeper\.([a-z_]+)", section))
+    assert named and named <= settings, named - settings
 
 
 def test_hydra_run_dir_and_sweep_dir_are_the_folders_they_name(tmp_path):

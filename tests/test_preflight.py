@@ -141,15 +141,28 @@ def test_the_python_api_refuses_a_rollout_before_allocating_it(monkeypatch):
 def test_replay_storage_is_estimated_per_buffer_with_frames_stored_once():
     from rlexp.buffers import FrameBuffer, PrioritizedReplayBuffer, ReplayBuffer
 
+    def transition(env_obs, action):  # one env's step as the agents store it (the env's dtypes)
+        obs = np.zeros((1, *env_obs.shape), env_obs.dtype)
+        return obs, np.zeros(1, action), np.zeros(1), obs.copy(), np.zeros(1)
+
+    def allocated(buffer):  # what the buffer holds once it has stored a transition
+        arrays = list(buffer.data.values()) + ([buffer._tree.sums, buffer._tree.mins] if hasattr(buffer, "_tree")
+                                               else [])
+        return sum(a.nbytes for a in arrays)
+
+    replay = ReplayBuffer(1000)
+    replay.add(*transition(CARTPOLE_OBS, np.int64))
+    assert replay.memory_need(CARTPOLE_OBS, gym.spaces.Discrete(2), 1).nbytes == allocated(replay) == 1000 * 48
     need = ReplayBuffer(10**12).memory_need(CARTPOLE_OBS, gym.spaces.Discrete(2), 1)
-    assert need.nbytes == 10**12 * 48  # 2 x 16 bytes of observations, 8 of action, 4 + 4 of reward and flag
+    assert need.nbytes == 10**12 * allocated(replay) // 1000
     with pytest.raises(UserError) as error:
         memory.check_fits([need], available=16 << 30)
     assert str(error.value) == ("buffer.max_size=1000000000000: the run needs about 43.7 TiB of memory (replay storage "
                                 "43.7 TiB: 1,000,000,000,000 transitions x 48 bytes), more than the 16.0 GiB "
                                 "available; lower buffer.max_size")
-    assert PrioritizedReplayBuffer(1000).memory_need(CARTPOLE_OBS, gym.spaces.Discrete(2), 1).nbytes == \
-        1000 * 48 + 32 * 1024  # sum and min trees over 1,024 leaves, 2 x 2 x 8 bytes each
+    prioritized = PrioritizedReplayBuffer(1000)
+    prioritized.add(*transition(CARTPOLE_OBS, np.int64))
+    assert prioritized.memory_need(CARTPOLE_OBS, gym.spaces.Discrete(2), 1).nbytes == allocated(prioritized)
     frames = FrameBuffer(64, batch_size=8)
     need = frames.memory_need(PONG_OBS, gym.spaces.Discrete(6), 2)
     assert need.nbytes == 2 * 33 * (84 * 84 + 8 + 17)  # 33 entries an env: one 84x84 frame each, not 4
