@@ -1,6 +1,8 @@
 """Mistakes on the command line: one line on stderr naming the key and the fix, exit code 2, nothing written;
 and run dirs of env=generic named after the env id."""
+import os
 import re
+import shutil
 from importlib import resources
 
 import pytest
@@ -198,8 +200,18 @@ def test_generic_env_runs_are_named_after_the_env_id_and_found_by_play_and_eval(
         evaluated.stderr[-2000:]
     assert f"loaded {run}" in evaluated.stdout
     other = rlexp(tmp_path, "mode=play", "env=generic", "env.id=MountainCar-v0")
-    assert "no trained run of agent=ppo on MountainCar-v0 under outputs/; train first (python -m rlexp agent=ppo " \
-           "env=generic env.id=MountainCar-v0)" in one_error_line(other)
+    assert "no trained run of agent=ppo on MountainCar-v0 under outputs/ or multirun/; train first (python -m rlexp " \
+           "agent=ppo env=generic env.id=MountainCar-v0)" in one_error_line(other)
+    # a sweep's trial, newer than the training run: the training run is the one played; without it, the trial
+    trial = tmp_path / "multirun/ppo_Acrobot-v1_abc123/trial_0"
+    shutil.copytree(run, trial)
+    os.utime(trial / "checkpoints/last.ckpt")
+    preferred = rlexp(tmp_path, "mode=eval", *env, "run.eval_episodes=1")
+    assert preferred.returncode == 0 and f"loaded {run}" in preferred.stdout, preferred.stderr[-2000:]
+    shutil.rmtree(tmp_path / "outputs")
+    swept = rlexp(tmp_path, "mode=eval", *env, "run.eval_episodes=1")
+    assert swept.returncode == 0 and f"loaded {trial}" in swept.stdout, swept.stderr[-2000:]
+    assert f"no training run of this agent and env under outputs/: the newest sweep trial's, {trial}" in swept.stdout
 
 
 def test_broken_user_presets_are_one_line(tmp_path):

@@ -74,20 +74,23 @@ def find_checkpoint(cfg: DictConfig, explicit: str | None) -> Path:
             raise UserError(f"+checkpoint={explicit}: {path} does not exist; pass a run dir "
                             "(outputs/<date>/<time>_<agent>_<env>) or a .ckpt file")
         return path
-    candidates = []
-    for root in ("outputs", "multirun"):
-        for ckpt in (original_cwd() / root).glob(f"**/{CHECKPOINT}"):
-            candidates.append((ckpt.stat().st_mtime, ckpt))
-    for _, ckpt in sorted(candidates, reverse=True):
-        try:
-            stored = Agent.read_state(ckpt).get("config", {})
-        except UserError as e:
-            log.warning(f"warning: skipped a damaged checkpoint: {str(e).split('; ')[0]}")
-            continue
-        if stored.get("agent", {}).get("_target_") == cfg.agent._target_ and stored.get("env", {}).get("id") == cfg.env.id:
-            return ckpt
+    for root in ("outputs", "multirun"):  # training runs first; a sweep's trials only where there is none
+        candidates = [(ckpt.stat().st_mtime, ckpt) for ckpt in (original_cwd() / root).glob(f"**/{CHECKPOINT}")]
+        for _, ckpt in sorted(candidates, reverse=True):
+            try:
+                stored = Agent.read_state(ckpt).get("config", {})
+            except UserError as e:
+                log.warning(f"warning: skipped a damaged checkpoint: {str(e).split('; ')[0]}")
+                continue
+            if stored.get("agent", {}).get("_target_") == cfg.agent._target_ and \
+                    stored.get("env", {}).get("id") == cfg.env.id:
+                if root == "multirun":
+                    log.info(f"no training run of this agent and env under outputs/: the newest sweep trial's, "
+                             f"{ckpt.parent.parent} (+checkpoint=<run dir> picks another)")
+                return ckpt
     name = HydraConfig.get().runtime.choices
-    raise UserError(f"no trained run of agent={name.get('agent')} on {cfg.env.id} under outputs/; train first "
+    raise UserError(f"no trained run of agent={name.get('agent')} on {cfg.env.id} under outputs/ or multirun/; "
+                    "train first "
                     f"(python -m rlexp agent={name.get('agent')} {env_command(name.get('env'), cfg.env.id)}) "
                     "or pass +checkpoint=<run dir>")
 
