@@ -311,6 +311,10 @@ def test_multirun_wandb_runs_are_separate_and_grouped_by_sweep(tmp_path):
                              "run.max_steps=512", "run.eval_episodes=1"],
                             cwd=tmp_path, capture_output=True, text=True, timeout=300, env=env)
     assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    # a grid of seeds is one configuration: its points are the study, its report the seeds' results, not a best
+    assert "the grid's 2 point(s)" in result.stdout and "best: trial" not in result.stdout
+    (seeds,) = [line for line in result.stdout.splitlines() if line.startswith("seeds: final_eval ")]
+    assert " over 2 seed(s) (seed 0: " in seeds and ", seed 1: " in seeds
     runs = sorted(tmp_path.glob("multirun/*/*/wandb/offline-run-*"))
     assert len(runs) == 2 and runs[0].name != runs[1].name  # one wandb run per trial, not a reused one
     sweep = runs[0].parents[2].name

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 import os
+import statistics
 from pathlib import Path
 from typing import Any
 
@@ -128,6 +129,13 @@ class Report:
             log.info(f"confirmed best: trial {best.number}, {self.aggregate} {score:.4g} "
                      f"[{winner['ci_low']:.4g}, {winner['ci_high']:.4g}] over {winner['seeds']} fresh seeds "
                      f"(search rank {winner['search_rank']}) {done}; ranking in confirmation.csv")
+        elif set(self.distributions) == {"seed"}:  # a grid of seeds: one configuration, nothing to rank
+            values = [t.values[0] for t in complete]
+            spread = f" ± {statistics.stdev(values):.4g}" if len(values) > 1 else ""
+            each = ", ".join(f"seed {t.params['seed']}: {t.values[0]:.4g}" for t in complete)
+            log.info(f"seeds: {self.objective} {statistics.mean(values):.4g}{spread} over {len(values)} seed(s) "
+                     f"({each}) {done}")
+            return
         else:
             log.info(f"best: trial {best.number}, objective {best.values[0]:.4g} {done}")
         if os.environ.get(FOR_AUTOTUNE):

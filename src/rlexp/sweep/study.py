@@ -189,8 +189,11 @@ class OptunaSweep(Checks, Confirmation, Report):
         else:
             slots = "1 job at a time (hydra/launcher=basic trains each inside this process)" if runs_in_process(
                 self.launcher) else f"{self.s['n_jobs']} job(s) at a time"
-            log.info(f"sweep dir {self.sweep_dir}; trials until the study holds {self.n_trials}{seeds}, {slots}; "
-                     "one line per trial (each trial's log: trial_<n>/)")
+            points = len(grid_points(self.distributions)) if is_grid else 0
+            until = (f"the grid's {points} point(s)" if is_grid and points <= self.n_trials
+                     else f"trials until the study holds {self.n_trials}")
+            log.info(f"sweep dir {self.sweep_dir}; {until}{seeds}, {slots}; one line per trial (each trial's log: "
+                     "trial_<n>/)")
             self.search(study)
         if self.confirm:
             self.run_confirmation(study)
