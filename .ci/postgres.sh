@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Start a throw-away PostgreSQL server on loopback for the sweep concurrency test (sourced by .ci/run).
-# Installs Debian's server package when it is missing; sets RLEXP_TEST_POSTGRES and stops the server on exit.
+# Installs Debian's server package when it is missing; sets RLEXP_TEST_POSTGRES; rlexp_ci_stop_postgres (called on
+# exit by .ci/run) stops the server.
 set -euo pipefail
 if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq postgresql >/dev/null
@@ -13,6 +14,9 @@ AS_PG=(); [ "$(id -u)" = 0 ] && { chown postgres "$PG_DATA"; AS_PG=(runuser -u p
 "${AS_PG[@]}" "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w \
   -o "-c listen_addresses=127.0.0.1 -p $PG_PORT -k $PG_DATA" start >/dev/null
 "${AS_PG[@]}" "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres rlexp_test
-trap '"${AS_PG[@]}" "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate stop >/dev/null 2>&1 || true; rm -rf "$PG_DATA"' EXIT
+rlexp_ci_stop_postgres() {
+  "${AS_PG[@]}" "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate stop >/dev/null 2>&1 || true
+  rm -rf "$PG_DATA"
+}
 export RLEXP_TEST_POSTGRES="postgresql://postgres@127.0.0.1:$PG_PORT/rlexp_test"
 echo "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PG_PORT for the sweep tests"

@@ -216,12 +216,14 @@ def test_killed_sweep_is_continued_and_its_running_trial_marked_failed(tmp_path)
 
 
 def test_slurm_launcher_composes_and_writes_its_job_script(tmp_path):
-    """Slurm can't run here: fake sbatch/srun capture the job script the launcher submits."""
+    """Fake sbatch/srun/sinfo capture the job script the launcher submits (on any machine; the test after it runs
+    a real cluster)."""
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
     (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
     (bin_dir / "sbatch").write_text(f"#!/bin/sh\ncp \"$1\" {tmp_path}/submitted.sh\necho 'Submitted batch job 4242'\n")
-    for tool in ("srun", "sbatch"):
+    (bin_dir / "sinfo").write_text("#!/bin/sh\necho 'gpu 8 64000'\n")  # partition, CPUs and MB of its nodes
+    for tool in ("srun", "sbatch", "sinfo"):
         (bin_dir / tool).chmod(0o755 | stat.S_IEXEC)
     env = dict(os.environ, PATH=f"{bin_dir}:{os.environ['PATH']}", TF_CPP_MIN_LOG_LEVEL="3")
     proc = subprocess.Popen([sys.executable, "-m", "rlexp", "-m", "hydra/launcher=rlexp_slurm",
@@ -728,3 +730,30 @@ def test_a_workers_final_report_names_the_trials_still_running_elsewhere(tmp_pat
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("best: ")]
     assert line == ("best: trial 0, objective 10 (1 complete, 0 pruned, 0 failed; so far: trial(s) 1, 2 still running "
                     "on another worker, which reports the study's best when it ends)")
+
+
+@pytest.mark.skipif(not os.environ.get("RLEXP_TEST_SLURM"), reason="needs a Slurm cluster: .ci/run starts one "
+                    "(.ci/slurm.sh) and sets RLEXP_TEST_SLURM")
+def test_a_sweep_runs_its_trials_as_slurm_jobs_and_a_request_no_node_holds_is_one_line(tmp_path):
+    """hydra/launcher=rlexp_slurm on a real (one-node) cluster: each trial a Slurm job, results back through
+    submitit; a request bigger than any node of the partition (the launcher's default 4 CPUs on 2) would pend for
+    ever: refused before any job, naming the key and what the nodes have; accounting off is said once."""
+    import subprocess as sp
+
+    cpus = int(sp.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True).stdout.split()[0].rstrip("+"))
+    too_many = rlexp(tmp_path, "-m", *TINY, "agent.lr=1e-3,2e-3", "hydra/launcher=rlexp_slurm",
+                     f"hydra.launcher.cpus_per_task={cpus + 2}", "hydra.launcher.mem_gb=1", timeout=120)
+    assert too_many.returncode == 2 and "Traceback" not in too_many.stdout + too_many.stderr
+    assert (f"hydra.launcher.cpus_per_task={cpus + 2}: the nodes of partition debug have at most {cpus} CPUs; ask "
+            f"for {cpus} or fewer") in too_many.stdout + too_many.stderr
+    assert not list((tmp_path / "multirun").glob("*/trial_*"))
+    ran = rlexp(tmp_path, "-m", *TINY, "agent.lr=1e-3,2e-3", "hydra/launcher=rlexp_slurm",
+                "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=10",
+                timeout=900)
+    assert ran.returncode == 0, ran.stdout[-3000:] + ran.stderr[-3000:]
+    done = trials(tmp_path)
+    assert sorted(t.state for t in done) == [TrialState.COMPLETE] * 2
+    out = ran.stdout + ran.stderr
+    assert out.count("sacct") <= 1 and "Bypassing sacct error" not in out
+    jobs = list((tmp_path / "multirun").glob("*/.submitit/*"))
+    assert jobs, "no submitit job folders in the study's folder"

@@ -247,12 +247,27 @@ class RlexpOptunaSweeper(Sweeper):
         settings = {k: (OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v)
                     for k, v in self.settings.items()}
         try:
-            if isinstance(self.launcher, RlexpLocalLauncher):
+            if isinstance(self.launcher, (RlexpLocalLauncher, RlexpSlurmLauncher)):
                 self.launcher.check()
             return OptunaSweep(settings, self.config, self.launcher, self.config_loader).run(arguments)
         except SweepError as e:  # one line, no traceback: 2 for a mistake in the command, 1 once trials ran
             logging.getLogger("rlexp").error(f"error: {e}")
             sys.exit(1 if Started.value else 2)
+
+
+class _SacctOnce(logging.Filter):
+    """submitit warns at every poll where `sacct` fails (Slurm's accounting off): one line the first time."""
+
+    said = False
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        if "sacct" not in record.getMessage():
+            return True
+        if not _SacctOnce.said:  # (submitit's logger prints through two handlers and the root's: said here once)
+            _SacctOnce.said = True
+            logging.getLogger("rlexp").warning("Slurm's accounting is off here (sacct fails): submitit reads job "
+                                               "states from squeue and a finished job's from its result file")
+        return False
 
 
 def _safe_call(launcher_call, *args: Any) -> JobReturn:
@@ -341,6 +356,41 @@ class RlexpSlurmLauncher(SlurmLauncher):
 
     def __call__(self, *args: Any) -> JobReturn:
         return _safe_call(super().__call__, *args)
+
+    def check(self) -> None:
+        """A request no node of the partition can hold would pend for ever (reason PartitionConfig): refused in one
+        line before any trial is submitted, with what the nodes have (sinfo). Slurm's accounting being off (sacct
+        failing at every poll) is said once, not at each poll."""
+        import subprocess
+
+        from rlexp.errors import SweepError
+
+        logging.getLogger("submitit").addFilter(_SacctOnce())
+        partition = self.params.get("partition")
+        command = ["sinfo", "-h", "-o", "%P %c %m"] + (["-p", str(partition)] if partition else [])
+        try:
+            out = subprocess.run(command, capture_output=True, text=True, timeout=30)
+        except (OSError, subprocess.TimeoutExpired) as e:
+            raise SweepError(f"hydra/launcher=rlexp_slurm: sinfo failed ({e}); run the sweep on a Slurm login node "
+                             "(or use hydra/launcher=rlexp_local)") from None
+        rows = [line.split() for line in out.stdout.splitlines() if len(line.split()) == 3]
+        if not partition:  # Slurm's default partition is marked with *
+            rows = [row for row in rows if row[0].endswith("*")] or rows
+        if out.returncode or not rows:
+            where = f"partition {partition}" if partition else "the default partition"
+            raise SweepError(f"hydra.launcher.partition={partition}: sinfo shows no nodes in {where} "
+                             f"({(out.stderr or out.stdout).strip()[:200] or 'empty'}); pick one from `sinfo -s`")
+        cpus = max(int(row[1].rstrip("+")) for row in rows)
+        memory_mb = max(int(row[2].rstrip("+")) for row in rows)
+        name = rows[0][0].rstrip("*")
+        wanted_cpus = int(self.params.get("cpus_per_task") or 1) * int(self.params.get("tasks_per_node") or 1)
+        if wanted_cpus > cpus:
+            raise SweepError(f"hydra.launcher.cpus_per_task={self.params.get('cpus_per_task')}: the nodes of "
+                             f"partition {name} have at most {cpus} CPUs; ask for {cpus} or fewer")
+        mem_gb = self.params.get("mem_gb")
+        if mem_gb is not None and int(mem_gb) * 1024 > memory_mb:
+            raise SweepError(f"hydra.launcher.mem_gb={mem_gb}: the nodes of partition {name} have at most "
+                             f"{memory_mb // 1024} GB ({memory_mb} MB); ask for {memory_mb // 1024} or less")
 
     def launch(self, job_overrides, initial_job_idx: int):
         """submitit's folder resolved again: its default ${hydra.sweep.dir}/.submitit/%j names the study's folder,
