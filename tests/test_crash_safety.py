@@ -292,3 +292,26 @@ def test_a_trial_ends_when_its_sweep_is_killed(tmp_path, start_method):
         time.sleep(0.2)
     os.kill(trial, signal.SIGKILL)
     raise AssertionError("the trial kept running after its sweep was killed")
+
+
+@pytest.mark.parametrize("sig, code", [(signal.SIGINT, 130), (signal.SIGTERM, 143)])
+def test_a_stopped_run_saves_and_exits_with_the_signals_code(tmp_path, sig, code):
+    """Ctrl-C or SIGTERM: the run ends at the next iteration with its checkpoint and history saved, says
+    `done (interrupted)`, and exits 128 + the signal (130, 143), so scripts tell it from a finished run. Its
+    main.log starts with the line that names the preset it trains."""
+    proc = subprocess.Popen([sys.executable, "-m", "rlexp", "run.max_steps=1e8", "run.target_reward=null",
+                             "run.progress=log", "agent.log_frequency=1", "run_dir=outputs/stopped"], cwd=tmp_path,
+                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                            env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    lines = []
+    for line in proc.stdout:  # the first progress line: training has started
+        lines.append(line)
+        if line.startswith("step "):
+            break
+    proc.send_signal(sig)
+    output = "".join(lines) + proc.communicate(timeout=120)[0]
+    assert proc.returncode == code, output[-2000:]
+    assert "done (interrupted)" in output and (tmp_path / "outputs/stopped/checkpoints/last.ckpt").exists()
+    log_lines = (tmp_path / "outputs/stopped/main.log").read_text().splitlines()
+    assert log_lines[0].endswith("RL Zoo's row for ppo+cartpole: ppo.yml CartPole-v1 (rl-baselines3-zoo 2.9.0a2), "
+                                 "with tuned/ppo_cartpole.yaml (shipped with rlexp) over it"), log_lines[:2]

@@ -18,10 +18,14 @@ class BelowWarning(logging.Filter):
         return record.levelno < logging.WARNING
 
 
-def attach_run_log(run_dir: Path) -> logging.Handler:
-    """Append this process's log records to <run dir>/main.log (a resumed run continues its own log)."""
+def attach_run_log(run_dir: Path, *earlier: str) -> logging.Handler:
+    """Append this process's log records to <run dir>/main.log (a resumed run continues its own log), after the
+    `earlier` lines the run printed before its dir existed (the preset it uses)."""
     handler = logging.FileHandler(run_dir / LOG_FILE, mode="a", delay=True)
     handler.setFormatter(logging.Formatter(FILE_FORMAT))
+    logger = logging.getLogger("rlexp")
+    for line in earlier:
+        handler.handle(logger.makeRecord(logger.name, logging.INFO, __file__, 0, line, None, None))
     logging.getLogger().addHandler(handler)
     return handler
 

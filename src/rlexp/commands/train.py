@@ -94,7 +94,7 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
             lock = RunLock(run_dir).acquire(run_dir_key(cfg))
         handler = None
         try:
-            handler = attach_run_log(run_dir)
+            handler = attach_run_log(run_dir, *([preset_line] if preset_line else []))
             if not resume:
                 write_run_config(run_dir, cfg)
             return _train(agent, cfg, run_dir, ckpt, restart=bool(resume) and ckpt is None)
@@ -201,6 +201,8 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
              f"python -m rlexp mode=eval +checkpoint={run_dir} | python -m rlexp +resume={run_dir}")
     agent.envs.close()
     agent.envs = None  # the env copies go now, not with the agent at the exit (see commands.play)
+    if summary["reason"] == "interrupted" and summary.get("signal") and not in_sweep():
+        raise SystemExit(128 + int(summary["signal"]))  # saved; scripts tell it from a finished run: 130 / 143
     if in_sweep():  # a trial of rlexp's sweeper gets every objective back (the float elsewhere)
         from rlexp.sweep import trial_metrics
 

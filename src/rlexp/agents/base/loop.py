@@ -25,8 +25,8 @@ class TrainingDiverged(RuntimeError):
 
 @contextlib.contextmanager
 def stop_on_interrupt(stop: list[bool]):
-    """Ctrl-C (SIGINT) or SIGTERM sets stop[0]: the loop ends at the next iteration boundary with a consistent
-    checkpoint. A second Ctrl-C interrupts at once (the previous checkpoint stays loadable)."""
+    """Ctrl-C (SIGINT) or SIGTERM sets stop[0] to the signal's number: the loop ends at the next iteration boundary
+    with a consistent checkpoint. A second Ctrl-C interrupts at once (the previous checkpoint stays loadable)."""
     if threading.current_thread() is not threading.main_thread():
         yield
         return
@@ -34,7 +34,7 @@ def stop_on_interrupt(stop: list[bool]):
     def handler(signum, frame):
         if stop[0] and signum == signal.SIGINT:
             raise KeyboardInterrupt
-        stop[0] = True
+        stop[0] = stop[0] or signum  # the first signal: the run's exit code is 128 + it
         log.warning("stopping after this iteration and saving a checkpoint (Ctrl-C again to stop at once)")
 
     previous = {sig: signal.signal(sig, handler) for sig in (signal.SIGINT, signal.SIGTERM)}
@@ -193,6 +193,7 @@ class FitLoop:
                         last_flush = now
         finally:
             bar.close()
+        self.stop_signal = int(stop[0]) if reason == "interrupted" else None
         if run_dir is not None:
             if best_pending:
                 self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
@@ -217,7 +218,8 @@ class FitLoop:
                     session_steps=session_steps, session_seconds=session_seconds,
                     first_call_steps=first_steps, first_call_seconds=first_seconds, steady_steps_per_s=steady,
                     reason=reason, already_finished=already_finished, mean_reward=self.mean_reward,
-                    best_reward=self.best_reward, episodes=self.episodes)
+                    best_reward=self.best_reward, episodes=self.episodes,
+                    signal=getattr(self, "stop_signal", None))  # the signal that interrupted it
 
     def _evaluate_now(self, evaluator: Any, tracker: Any) -> float:
         """One evaluation during training: logged, tracked, checkpointed by the evaluator. Returns its
