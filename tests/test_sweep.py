@@ -148,7 +148,7 @@ def test_same_command_continues_its_study_and_another_sweep_starts_its_own(sweep
     assert "another search space" in out and "hydra.sweeper.study_name=" in out and "Traceback" not in out
     scored = rlexp(cwd, "-m", *TINY, "agent.lr=tag(log,interval(1e-4,1e-2))", "hydra.sweeper.seeds_per_trial=2",
                    "hydra.sweeper.aggregate=iqm", f"hydra.sweeper.study_name={folder.name}")
-    assert scored.returncode == 2 and len(trials(cwd)) == 4  # nothing trained, nothing ranked together
+    assert scored.returncode == 2 and len(trials(cwd, folder.name)) == 4  # nothing trained, ranked together
     assert (f"study {folder.name} scored its trials another way (aggregate: mean -> iqm; seeds_per_trial: 1 -> 2)"
             in scored.stdout + scored.stderr) and "Traceback" not in scored.stdout + scored.stderr
 
@@ -667,7 +667,8 @@ def test_a_killed_sweepers_trials_are_reclaimed_on_a_journal_file_and_their_step
 
     from rlexp.sweep import OptunaSweep
     from rlexp.sweep.storage import HEARTBEAT_ATTR, Heartbeat, stale_trial_ids
-    from rlexp.sweep.study import INTERRUPTED_ATTR, STEPS_ATTR
+    from rlexp.sweep.report import STEPS_ATTR
+    from rlexp.sweep.trials import INTERRUPTED_ATTR
 
     storage = make_storage(f"journal:///{tmp_path}/journal.log")
     study = optuna.create_study(study_name="j", storage=storage, direction="maximize")
@@ -694,7 +695,7 @@ def test_an_interrupted_baseline_is_trained_again(tmp_path):
     from omegaconf import OmegaConf
 
     from rlexp.sweep import OptunaSweep
-    from rlexp.sweep.study import FIRST_ATTR, INTERRUPTED_ATTR, first_key
+    from rlexp.sweep.trials import FIRST_ATTR, INTERRUPTED_ATTR, first_key
 
     config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
                                                    "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})

@@ -11,7 +11,6 @@ import functools
 import json
 import logging
 import math
-import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
@@ -27,13 +26,13 @@ from rlexp.sweep.checks import MEASURE_ATTR, SPACE_ATTR, Checks
 from rlexp.sweep.confirm import Confirmation
 from rlexp.sweep.report import BASELINE_ATTR, STEPS_ATTR, Report, _format, params_of
 from rlexp.sweep.scheduler import Job, Slots, runs_in_process, steps_on_disk
+from rlexp.sweep.trials import (FIRST_ATTR, INTERRUPTED_ATTR, REFERENCE_ATTR, RESERVED_ATTR, aggregate,
+                                counted_trials, first_key, reseed, trial_seed)
 from rlexp.sweep.settings import _shown, check_settings, one_line
 from rlexp.sweep.space import baseline_params, described, grid_choices, grid_points, search_space, sweep_hash
 from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, stale_trial_ids, storage_url
 
 log = logging.getLogger("rlexp.sweep")
-RESERVED_ATTR = "reserved_steps"   # a running trial's env steps at its full length, held against max_env_steps
-INTERRUPTED_ATTR = "interrupted"   # a trial a stopped or killed sweep left unfinished: not counted, run again
 # conf/config.yaml's: the study's own folder (Hydra's basic sweeper, which has no study name: Hydra's dated one)
 DEFAULT_SWEEP_DIR = "multirun/${oc.select:hydra.sweeper.study_name,${now:%Y-%m-%d}/${now:%H-%M-%S}}"
 
@@ -51,15 +50,6 @@ class Running:
     @property
     def finished(self) -> bool:
         return len(self.ended) == len(self.jobs)
-
-
-REFERENCE_ATTR = "baseline"  # the baseline trial: never pruned (its scores still reach the pruner's rungs)
-FIRST_ATTR = "first_trial"  # a baseline's or enqueued trial: the values it was asked to train (first_key)
-
-
-def first_key(values: Mapping[str, Any]) -> str:
-    """One of the study's first trials, named by its values (so that a continued study knows which it has)."""
-    return json.dumps({str(k): v for k, v in values.items()}, sort_keys=True, default=str)
 
 
 class OptunaSweep(Checks, Confirmation, Report):
@@ -505,33 +495,3 @@ class OptunaSweep(Checks, Confirmation, Report):
             study.tell(trial, values, state=state)
         except RuntimeError as e:  # already finished (marked FAIL by another sweeper)
             log.warning(f"trial {trial.number}: {e}")
-
-
-def counted_trials(study: optuna.Study, trials: list | None = None) -> list[optuna.trial.FrozenTrial]:
-    """The trials n_trials counts: all but those a stopped or killed sweep left unfinished (run again)."""
-    trials = study.get_trials(deepcopy=False) if trials is None else trials
-    return [t for t in trials if not t.user_attrs.get(INTERRUPTED_ATTR)]
-
-
-def aggregate(values: list[float], how: str) -> float:
-    """The trial's objective from its seeds' objectives: their mean, or rliable's interquartile mean."""
-    if how == "iqm":
-        from rlexp.stats import iqm
-
-        return float(iqm(values))
-    return float(sum(values) / len(values))
-
-
-def trial_seed(study_name: str, seed: int, number: int) -> int:
-    """The sampler's seed for a trial: a hash of the study's name, the sweep's seed and the trial's number."""
-    return zlib.crc32(f"{study_name}:{seed}:{number}".encode())
-
-
-def reseed(sampler: optuna.samplers.BaseSampler, seed: int) -> None:
-    """Reseed the sampler (and the random sampler it starts with) in place."""
-    for part in (sampler, getattr(sampler, "_random_sampler", None), getattr(sampler, "_independent_sampler", None)):
-        for attr in ("_rng", "_cma_rng"):
-            state = getattr(part, attr, None)
-            state = getattr(state, "rng", state)  # Optuna's LazyRandomState wraps a NumPy RandomState
-            if hasattr(state, "seed"):
-                state.seed(seed % 2**32)
