@@ -124,24 +124,24 @@ CASES |= {f"fallback-ppo-{name}-gamma{gamma}": ([*CASES[f"fallback-ppo-{name}"][
                        "walker2d", "hopper")}
 # RL Zoo's rows (src/rlexp/zoo/hyperparams) for pairs that had no rlexp preset: env=generic trains the row for the
 # id, its n_timesteps included; threshold: RL Zoo's benchmark.md score for the pair (one run of its own each)
-ZOO_ROWS = {  # name: (agent, env id, RL Zoo's score)
-    "dqn-acrobot": ("dqn", "Acrobot-v1", -76.6),
-    "trpo-acrobot": ("trpo", "Acrobot-v1", -83.1),
-    "ppo-acrobot": ("ppo", "Acrobot-v1", -73.5),
-    "dqn-mountaincar": ("dqn", "MountainCar-v0", -100.8),
-    "trpo-mountaincar": ("trpo", "MountainCar-v0", -107.3),
-    "ppo-mountaincar": ("ppo", "MountainCar-v0", -110.4),
-    "sac-mountaincar-continuous": ("sac", "MountainCarContinuous-v0", 94.7),
-    "ddpg-mountaincar-continuous": ("ddpg", "MountainCarContinuous-v0", 93.5),
-    "td3-mountaincar-continuous": ("td3", "MountainCarContinuous-v0", 93.5),
-    "trpo-hopper": ("trpo", "Hopper-v5", 3618.4),
-    "trpo-swimmer": ("trpo", "Swimmer-v5", 365.7),
-    "a2c-hopper": ("a2c", "Hopper-v5", 733.5),
-    "a2c-mountaincar-continuous": ("a2c", "MountainCarContinuous-v0", 91.2),
-    "ppo-swimmer": ("ppo", "Swimmer-v5", 281.6),
+ZOO_ROWS = {  # name: (agent, env id, RL Zoo's score, its std over its evaluation episodes; benchmark.md)
+    "dqn-acrobot": ("dqn", "Acrobot-v1", -76.6, 11.8),
+    "trpo-acrobot": ("trpo", "Acrobot-v1", -83.1, 18.6),
+    "ppo-acrobot": ("ppo", "Acrobot-v1", -73.5, 18.2),
+    "dqn-mountaincar": ("dqn", "MountainCar-v0", -100.8, 9.9),
+    "trpo-mountaincar": ("trpo", "MountainCar-v0", -107.3, 13.2),
+    "ppo-mountaincar": ("ppo", "MountainCar-v0", -110.4, 19.5),
+    "sac-mountaincar-continuous": ("sac", "MountainCarContinuous-v0", 94.7, 1.1),
+    "ddpg-mountaincar-continuous": ("ddpg", "MountainCarContinuous-v0", 93.5, 0.0),
+    "td3-mountaincar-continuous": ("td3", "MountainCarContinuous-v0", 93.5, 0.1),
+    "trpo-hopper": ("trpo", "Hopper-v5", 3618.4, 356.8),
+    "trpo-swimmer": ("trpo", "Swimmer-v5", 365.7, 2.1),
+    "a2c-hopper": ("a2c", "Hopper-v5", 733.5, 376.6),
+    "a2c-mountaincar-continuous": ("a2c", "MountainCarContinuous-v0", 91.2, 0.3),
+    "ppo-swimmer": ("ppo", "Swimmer-v5", 281.6, 9.7),
 }
 CASES |= {f"zoo-{name}": ([f"agent={agent}", "env=generic", f"env.id={env_id}", "run.target_reward=null"], score)
-          for name, (agent, env_id, score) in ZOO_ROWS.items()}
+          for name, (agent, env_id, score, _) in ZOO_ROWS.items()}
 # an Atari game without an rlexp preset: RL Zoo's `atari` row over the first 10M frames (2.5M agent steps) of its
 # 40M-frame run, its schedules decaying over the whole run; RL Zoo's score is at 40M frames
 CASES["zoo-ppo-seaquest-10m-frames"] = (["agent=ppo", "env=generic", "env.id=SeaquestNoFrameskip-v4",
@@ -246,15 +246,33 @@ def record(rows: list[dict]) -> None:
             summary.append(f"- {case}: {sum(r['passed'] for r in scored)} of {len(scored)} seeds at or above "
                            f"{scored[0]['threshold']}")
     parity = parity_lines(merged)
+    zoo = zoo_lines(merged)
     body = ("Each row: `python -m rlexp <case's args> seed=<s> run.progress=none` (args in benchmarks/learning.py; "
             "the pair's tuned preset is picked up), scored by 20 evaluation episodes of the final weights: "
             "deterministic, and with actions drawn from the policy on Atari (RL Zoo's protocol; the `policy` "
             "column). Rows keep the date and commit they were measured at (and of a later re-evaluation: "
             "`--rescore`); a rerun replaces them. Train seconds "
             "depend on what else ran at the time: for speed see speed.md.\n\n" + "\n".join(summary) + "\n\n"
+            + (("\n\n## RL Zoo's rows on pairs without an rlexp preset\n\n" + "\n".join(zoo) + "\n") if zoo else "")
             + (("\n\n## bfloat16 against float32, same seeds\n\n" + "\n".join(parity) + "\n\n") if parity else "\n\n")
             + table(merged, provenance=True))
     write_table("learning", "Learning results", body)
+
+
+def zoo_lines(rows: list[dict]) -> list[str]:
+    """A table of the `zoo-*` cases: the seeds' means against RL Zoo's score (one run of its own, mean ± std of its
+    evaluation episodes); `below` where the mean trails RL Zoo's score by more than the seeds' spread (max - min)."""
+    lines = ["| pair | seeds | rlexp per seed | rlexp mean | seeds' spread | RL Zoo | |", "|---|---|---|---|---|---|---|"]
+    for name, (agent, env_id, score, std) in ZOO_ROWS.items():
+        seeds = [r for r in rows if r["case"] == f"zoo-{name}" and "eval_mean" in r]
+        if not seeds:
+            continue
+        values = [r["eval_mean"] for r in seeds]
+        mean, spread = sum(values) / len(values), max(values) - min(values)
+        verdict = "at or above" if mean >= score else ("within the spread" if score - mean <= spread else "below")
+        lines.append(f"| {agent.upper()} {env_id} | {len(seeds)} | {' / '.join(f'{v:.1f}' for v in values)} | "
+                     f"{mean:.1f} | {spread:.1f} | {score} ± {std} | {verdict} |")
+    return lines if len(lines) > 2 else []
 
 
 def parity_lines(rows: list[dict]) -> list[str]:
