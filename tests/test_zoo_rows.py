@@ -190,3 +190,41 @@ def test_a_users_agent_preset_overridden_by_a_row_or_a_tuned_preset_is_said(tmp_
                     "the command line to keep yours"]
     config = yaml.safe_load((tmp_path / "outputs/t/.hydra/config.yaml").read_text())
     assert config["agent"]["lr"] == 1e-3 and config["agent"]["opt_epsilon"] == 1e-7
+
+
+def resolved(*overrides):
+    """The config a run trains: composed, then the pair's row / tuned preset / fallback (as apply_fallback does)."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlexp.fallback import apply_fallback
+
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        return apply_fallback(cfg, dict(cfg.hydra.runtime.choices), list(overrides))
+
+
+def test_a_shipped_preset_keeps_its_row_and_a_recurrent_model_stays():
+    cfg, line = resolved("agent=sac", "env=pendulum", "zoo.rows=false")  # rows off: not under a preset over its row
+    assert line.startswith("RL Zoo's row for sac+pendulum: sac.yml Pendulum-v1") and cfg.run.max_steps == 20000
+    cfg, line = resolved("agent=ppo", "env=pendulum", "model=lstm")  # ppo_lstm.yml has no Pendulum-v1: ppo.yml's
+    assert line.startswith("RL Zoo's row for ppo+pendulum: ppo.yml Pendulum-v1")
+    assert cfg.model.layers[0].type == "lstm" and cfg.agent.use_sde is False  # the model; the preset over the row
+
+
+def test_dqns_exploration_follows_the_runs_length_and_off_policy_rows_normalise():
+    cfg, _ = resolved("agent=dqn", "env=generic", "env.id=MountainCar-v0", "run.max_steps=60000")
+    assert cfg.agent.epsilon_decay_steps == 12000  # exploration_fraction 0.2 of this run's 60,000 steps (SB3)
+    cfg, _ = resolved("agent=dqn", "env=generic", "env.id=MountainCar-v0", "agent.epsilon_decay_steps=5000")
+    assert cfg.agent.epsilon_decay_steps == 5000
+    row = ZooRow("sac", "X-v0", {"normalize": "{'norm_obs': True, 'norm_reward': False}"}, "mine.yml", "test")
+    assert translate(row)["agent"]["normalize_obs"] is True and translate(row)["agent"]["normalize_reward"] is False
+
+
+def test_a_users_file_without_a_row_for_the_env_is_one_line(tmp_path):
+    mine = tmp_path / "ppo.yml"
+    mine.write_text("Acrobot-v1:\n  n_timesteps: 300\nCartPole-v1:\n  n_timesteps: 300\n")
+    with pytest.raises(ZooRowError, match=rf"zoo.file={mine}: {mine} has no row for MountainCar-v0; it has "
+                                          r"Acrobot-v1, CartPole-v1 \(zoo.row=<name> trains one of them"):
+        resolved("env=generic", "env.id=MountainCar-v0", f"zoo.file={mine}")

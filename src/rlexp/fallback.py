@@ -15,6 +15,7 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
+from rlexp.errors import UserError
 from rlexp.rundirs import GENERIC_ENV, env_command, env_display_name, in_sweep
 from rlexp.zoo import ZooRow, ZooRowError, row_for, translate
 
@@ -86,11 +87,15 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
         preset = OmegaConf.load(path)
         say_overridden(cfg, preset, choices, f"tuned/{tuned}.yaml")
         where = f"tuned/{tuned}.yaml " + (f"(your own: {path})" if own else "(shipped with rlexp)")
-        row = None if own else zoo_row(agent, cfg)[0]
-        if row is not None:  # a shipped preset holds what rlexp sets over the pair's RL Zoo row
-            return merge_zoo(cfg, row, overrides, choices, over=preset), (f"RL Zoo's row for {pair}: {row.source}, "
-                                                                         f"with {where} over it")
-        return cfg, f"tuned preset for {pair}: {where}"
+        if not over_row(path):  # the pair's whole values (an autotuned preset, an rlexp agent's)
+            return cfg, f"tuned preset for {pair}: {where}"
+        row, refused = zoo_row(agent, cfg, shipped_rows=True)  # what rlexp (or your copy) sets over the row
+        if row is None:
+            raise UserError(f"tuned/{tuned}.yaml ({path}) is set over RL Zoo's row for {pair}, which "
+                            f"{refused.strip(' ();') or 'is not found for this agent, model and env'}; train the "
+                            "pair with its row (drop the option that changes it) or with your own tuned preset")
+        return merge_zoo(cfg, row, overrides, choices, over=preset), (f"RL Zoo's row for {pair}: {row.source}, "
+                                                                     f"with {where} over it")
     if choices.get("env") == GENERIC_ENV:  # env=generic env.id=X: autotune's tuned/<agent>_<X as run dirs name it>
         named = f"{agent}_{env_display_name(GENERIC_ENV, str(cfg.env.id))}"
         path, own = hydra_preset("tuned", named)
@@ -98,7 +103,7 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
             return merge_tuned(cfg, path, overrides), (f"tuned preset for {pair}: tuned/{named}.yaml "
                                                        + (f"(your own: {path})" if own else "(shipped with rlexp)"))
     hint = autotune_hint(agent, choices.get("env"), str(cfg.env.id))
-    if str(cfg.get("fallback", "auto")) != "auto":
+    if str(cfg.get("fallback", "auto")) != "auto" and not users_zoo:
         return cfg, f"no tuned preset for {pair}: fallback=none, so the agent preset's own values{hint}"
     row, refused = zoo_row(agent, cfg)
     if row is not None:
@@ -141,22 +146,42 @@ def merge_fallback(cfg: DictConfig, name: str, overrides: list[str], choices: di
     return merged
 
 
-def zoo_row(agent: str, cfg: DictConfig) -> tuple[ZooRow | None, str]:
+def zoo_row(agent: str, cfg: DictConfig, shipped_rows: bool = False) -> tuple[ZooRow | None, str]:
     """(the RL Zoo row the run trains, or None; why a shipped row is not used). A row of the user's own file
-    that rlexp cannot honour stops the run in one line; a shipped one is said and the fallback takes over."""
+    (zoo.file / zoo.row) that is missing or that rlexp cannot honour stops the run in one line; a shipped one is
+    said and the fallback takes over. zoo.rows=false turns the shipped rows off, except under a tuned preset set
+    over its row (`shipped_rows`)."""
     zoo = cfg.get("zoo") or {}
-    if not zoo.get("rows", True) and not (zoo.get("file") or zoo.get("row")):
+    users = bool(zoo.get("file") or zoo.get("row"))
+    if not zoo.get("rows", True) and not users and not shipped_rows:
         return None, ""
     row = row_for(agent, cfg)
     if row is None:
+        if users:
+            from rlexp.zoo import load_file, zoo_file_of
+
+            rows, name, _ = load_file(zoo_file_of(agent, cfg.get("model")) or agent, zoo.get("file"))
+            raise ZooRowError(f"zoo.file={zoo.get('file')}: {name} has no row for {cfg.env.id}; it has "
+                              f"{', '.join(sorted(rows))} (zoo.row=<name> trains one of them on this env)")
         return None, ""
     try:
         translate(row)
     except ZooRowError as error:
-        if zoo.get("file") or zoo.get("row"):
+        if users:
             raise
         return None, f" ({error}, so not that row)"
     return row, ""
+
+
+def over_row(path: Any) -> bool:
+    """Whether a tuned preset is set over its pair's RL Zoo row (rlexp's shipped ones, and copies of them, say so
+    in their first comment lines); others (autotune's, an rlexp agent's) hold the pair's whole values."""
+    head = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        head.append(line)
+    return "RL Zoo's row" in " ".join(head[:3])
 
 
 def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[str, str],
@@ -167,11 +192,16 @@ def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[
     presets set that the row overrides is said."""
     sections = translate(row)
     model = sections.pop("model")
+    chosen = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    if "buffer" in chosen:  # buffer=prioritized etc.: the row's sizes, the chosen buffer's class
+        sections.get("buffer", {}).pop("_target_", None)
+    if sections["env"].get("wrappers") and cfg.env.get("wrappers"):  # the env preset's wrappers first
+        sections["env"]["wrappers"] = [*OmegaConf.to_container(cfg.env.wrappers), *sections["env"]["wrappers"]]
     above = {key: over[key] for key in SECTIONS if over is not None and key in over}
     merged = OmegaConf.merge(cfg, sections, {key: value for key, value in above.items() if key != "model"})
-    chose_model = any(o.lstrip("+~").split("=", 1)[0] == "model" for o in overrides)
+    recurrent = any(layer.get("type") in ("lstm", "gru") for layer in cfg.model.get("layers") or [])
     with open_dict(merged):
-        if not chose_model:
+        if "model" not in chosen and not recurrent:  # (a recurrent model is what such a run is about)
             merged.model = OmegaConf.merge(OmegaConf.create(model), above.get("model", {}))
     by_row = {group: {key: value for key, value in keys.items() if key not in (above.get(group) or {})}
               for group, keys in sections.items()}  # (what `over` sets again, its own line names)
@@ -179,7 +209,22 @@ def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[
     apply_overrides(merged, overrides)
     with open_dict(merged):
         fit_sequences(merged)
+        given = chosen | {f"agent.{key}" for key in (above.get("agent") or {})}
+        decay = exploration_steps(row, merged, given)
+        if decay is not None:
+            merged.agent.epsilon_decay_steps = decay
     return merged
+
+
+def exploration_steps(row: ZooRow, cfg: DictConfig, given: set[str]) -> int | None:
+    """DQN's epsilon decays over exploration_fraction of the run's own length (SB3: of total_timesteps), also
+    where run.max_steps is not the row's n_timesteps; None where the decay was given (command line, preset)."""
+    if row.algo != "dqn" or "agent.epsilon_decay_steps" in given:
+        return None
+    from rlexp.zoo import SB3_DEFAULTS
+
+    fraction = float({**SB3_DEFAULTS["dqn"], **row.values}["exploration_fraction"])
+    return int(fraction * float(cfg.run.max_steps))
 
 
 def say_overridden(cfg: DictConfig, sections: Any, choices: dict[str, str], by: str) -> None:

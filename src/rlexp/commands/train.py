@@ -201,7 +201,9 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
              f"python -m rlexp mode=eval +checkpoint={run_dir} | python -m rlexp +resume={run_dir}")
     agent.envs.close()
     agent.envs = None  # the env copies go now, not with the agent at the exit (see commands.play)
-    if summary["reason"] == "interrupted" and summary.get("signal") and not in_sweep():
+    if summary["reason"] == "interrupted" and summary.get("signal"):
+        if in_sweep():  # the sweep's own stop (a trial run inside its process took the Ctrl-C): not a result
+            raise KeyboardInterrupt
         raise SystemExit(128 + int(summary["signal"]))  # saved; scripts tell it from a finished run: 130 / 143
     if in_sweep():  # a trial of rlexp's sweeper gets every objective back (the float elsewhere)
         from rlexp.sweep import trial_metrics

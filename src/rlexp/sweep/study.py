@@ -124,9 +124,9 @@ class OptunaSweep(Checks, Confirmation, Report):
         if type(study._storage).__name__ == "_CachedStorage":
             study._storage = study._storage._backend
         if exists:
-            stale = self.reclaim(study, say=False)
-            self.check_search_space(study, distributions)
+            self.check_search_space(study, distributions)  # (a study this command would not continue: untouched)
             self.check_measure(study)
+            stale = self.reclaim(study, say=False)
             trials = study.get_trials(deepcopy=False)
             counts = {s.name: sum(t.state == s for t in trials) for s in TrialState}
             log.info(f"continuing study {name} ({len(trials)} trials so far: "
@@ -418,15 +418,15 @@ class OptunaSweep(Checks, Confirmation, Report):
         """Mark FAIL (and to be run again) the trials a killed sweeper left RUNNING: no heartbeat for grace_period
         on any storage; what their folders show they trained counts against max_env_steps."""
         stale = stale_trial_ids(self.storage, study._study_id, float(self.s["grace_period"]))
-        for trial_id in stale:
-            self.storage.set_trial_user_attr(trial_id, "error", "left running by a sweep that was stopped")
-            self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
-            number = self.storage.get_trial_number_from_id(trial_id)
-            self.storage.set_trial_user_attr(trial_id, STEPS_ATTR, self.steps_trained(number))
+        for trial_id in list(stale):
             try:
+                number = self.storage.get_trial_number_from_id(trial_id)
+                self.storage.set_trial_user_attr(trial_id, "error", "left running by a sweep that was stopped")
+                self.storage.set_trial_user_attr(trial_id, STEPS_ATTR, self.steps_trained(number))
+                self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
                 self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
-            except RuntimeError:  # finished meanwhile
-                continue
+            except RuntimeError:  # finished meanwhile (Optuna's UpdateFinishedTrialError)
+                stale.remove(trial_id)
         if stale and say:
             log.info(f"marked {len(stale)} trial(s) left running by a stopped sweep FAIL; they are run again")
         return stale

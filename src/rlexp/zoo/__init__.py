@@ -37,5 +37,9 @@ def row_for(agent: str, cfg: Any) -> ZooRow | None:
                               "ppo_lstm.yml)")
         return None
     env_id = str(cfg.env.id)
-    return find_row(algo, env_id, is_atari(env_id), masks_velocity(cfg.env), path=zoo.get("file"),
-                    row=zoo.get("row"))
+    found = find_row(algo, env_id, is_atari(env_id), masks_velocity(cfg.env), path=zoo.get("file"),
+                     row=zoo.get("row"))
+    if found is None and algo in AGENT_OF and not (zoo.get("file") or zoo.get("row")):
+        # a recurrent PPO on an env ppo_lstm.yml does not tune: ppo.yml's row (the recurrent model stays)
+        found = find_row(AGENT_OF[algo], env_id, is_atari(env_id), masks_velocity(cfg.env))
+    return found

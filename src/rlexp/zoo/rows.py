@@ -126,7 +126,7 @@ def literal_dict(text: Any, what: str, row: ZooRow) -> dict[str, Any]:
     try:
         node = ast.parse(str(text).strip(), mode="eval").body
         return _value(node)
-    except (SyntaxError, ValueError) as error:
+    except (SyntaxError, ValueError, TypeError, AttributeError) as error:
         raise row.refuse(what, f"= {text!r} is not a dict of plain values ({error})") from None
 
 

@@ -84,7 +84,7 @@ def translate(row: ZooRow) -> dict[str, dict[str, Any]]:
     if algo in ON_POLICY:
         sections["agent"] = on_policy_agent(row, values, policy_options, int(sections["env"]["n_envs"]))
     elif algo == "dqn":
-        sections["agent"], sections["buffer"] = dqn_agent(row, values, image)
+        sections["agent"], sections["buffer"] = dqn_agent(row, values, image, policy_options)
     else:
         sections["agent"], sections["buffer"] = actor_critic_agent(row, values, policy_options)
     return sections
@@ -96,6 +96,10 @@ def env_section(row: ZooRow, values: dict[str, Any]) -> dict[str, Any]:
     for name, kwargs in wrappers(values.get("env_wrapper", [])):
         short = name.rsplit(".", 1)[-1]
         if short == "AtariWrapper":
+            unknown = sorted(set(kwargs) - set(ATARI_WRAPPER))
+            if unknown:
+                raise row.refuse("env_wrapper", f"AtariWrapper's {unknown[0]}={kwargs[unknown[0]]}: rlexp's Atari "
+                                                f"preprocessing takes {', '.join(ATARI_WRAPPER)}")
             options = {**ATARI_WRAPPER, **kwargs}
             if options["frame_skip"] != 4 or options["screen_size"] != 84:
                 raise row.refuse("env_wrapper", f"AtariWrapper{kwargs}: rlexp's Atari preprocessing skips 4 "
@@ -232,11 +236,9 @@ def on_policy_agent(row: ZooRow, values: dict[str, Any], options: dict[str, Any]
         agent.update(ppo_epochs=int(values["n_epochs"]), clip_norm=clip, clip_schedule=clip_schedule,
                      entropy_coef=float(values["ent_coef"]), value_loss_coef=2 * float(values["vf_coef"]),
                      grad_norm=float(values["max_grad_norm"]), kl_threshold=None, value_clip=None)
-        if values["clip_range_vf"] is not None:
-            value_clip, how = schedule(values["clip_range_vf"])
-            if how != "constant":
-                raise row.refuse("clip_range_vf", "is a schedule; rlexp's value_clip is a constant")
-            agent["value_clip"] = value_clip
+        if values["clip_range_vf"] is not None:  # SB3 regresses the clipped prediction only; rlexp's value_clip
+            raise row.refuse("clip_range_vf", "is not rlexp's value_clip (the larger of the clipped and unclipped "
+                                              "losses); remove it")
         if values["target_kl"] is not None:  # SB3 stops the epochs past 1.5 x target_kl
             agent["kl_threshold"] = 1.5 * float(values["target_kl"])
     elif row.algo == "a2c":
@@ -259,18 +261,18 @@ def on_policy_agent(row: ZooRow, values: dict[str, Any], options: dict[str, Any]
 
 def optimizer_options(row: ZooRow, name: str, kwargs: dict[str, Any]) -> dict[str, Any]:
     """policy_kwargs' optimizer: RMSpropTFLike (TensorFlow's RMSprop, epsilon inside the square root, as
-    Keras') or PyTorch's Adam / RMSprop."""
+    Keras') or PyTorch's Adam / RMSprop, with SB3's defaults (an on-policy Adam's epsilon 1e-5)."""
     short = name.rsplit(".", 1)[-1]
     extra = set(kwargs) - {"eps", "alpha"}
     if extra or float(kwargs.get("alpha", 0.99)) != 0.99:
         raise row.refuse("policy_kwargs.optimizer_kwargs", f"= {kwargs}: rlexp's optimizers take eps "
                                                            "(RMSprop's alpha 0.99)")
     if short == "RMSpropTFLike":
-        return {"optimizer": "rmsprop", "opt_epsilon": float(kwargs.get("eps", 1e-10))}
+        return {"optimizer": "rmsprop", "opt_epsilon": float(kwargs.get("eps", 1e-8))}
     if short == "RMSprop":
         return {"optimizer": "rmsprop", "opt_epsilon": float(kwargs.get("eps", 1e-8)) ** 2}
     if short == "Adam":
-        return {"optimizer": "adam", "opt_epsilon": float(kwargs.get("eps", 1e-8))}
+        return {"optimizer": "adam", "opt_epsilon": float(kwargs.get("eps", 1e-5 if row.algo in ON_POLICY else 1e-8))}
     raise row.refuse("policy_kwargs.optimizer_class", f"= {name}: rlexp has Adam and RMSprop")
 
 
@@ -289,7 +291,8 @@ def update_schedule(row: ZooRow, values: dict[str, Any]) -> dict[str, int]:
     return {"train_freq": int(values["train_freq"]), "gradient_steps": int(values["gradient_steps"])}
 
 
-def dqn_agent(row: ZooRow, values: dict[str, Any], image: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def dqn_agent(row: ZooRow, values: dict[str, Any], image: bool, options: dict[str, Any]
+              ) -> tuple[dict[str, Any], dict[str, Any]]:
     if float(values["tau"]) != 1.0:
         raise row.refuse("tau", f"= {values['tau']}: rlexp's DQN copies the target network (tau 1)")
     lr, lr_schedule = schedule(values["learning_rate"])
@@ -298,7 +301,10 @@ def dqn_agent(row: ZooRow, values: dict[str, Any], image: bool) -> tuple[dict[st
              "opt_epsilon": 1e-8, "double": False, "epsilon_start": float(values["exploration_initial_eps"]),
              "epsilon_end": float(values["exploration_final_eps"]), "epsilon_decay_steps": int(decay),
              "target_sync_steps": int(float(values["target_update_interval"])),
-             "grad_norm": float(values["max_grad_norm"]), **update_schedule(row, values)}
+             "grad_norm": float(values["max_grad_norm"]), **update_schedule(row, values),
+             **normalization(row, values)}
+    if "optimizer" in options:
+        agent.update(optimizer_options(row, *options["optimizer"]))
     return agent, replay(row, values, frames=image)
 
 
@@ -308,7 +314,7 @@ def actor_critic_agent(row: ZooRow, values: dict[str, Any], options: dict[str, A
     lr, lr_schedule = schedule(values["learning_rate"])
     agent: dict[str, Any] = {"lr": lr, "lr_schedule": lr_schedule, "gamma": float(values["gamma"]),
                              "tau": float(values["tau"]), "optimizer": "adam", "opt_epsilon": 1e-8,
-                             **update_schedule(row, values)}
+                             **update_schedule(row, values), **normalization(row, values)}
     if "optimizer" in options:
         agent.update(optimizer_options(row, *options["optimizer"]))
     if row.algo == "sac":
