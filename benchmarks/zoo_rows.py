@@ -242,8 +242,8 @@ def main() -> None:
     rows = every_row()
     mapped = sum(r["status"] == "mapped" for r in rows)
     lines = [f"Files: {shipped_version()} (src/rlexp/zoo/hyperparams).\n",
-             f"{mapped} of {len(rows)} rows mapped; each refused row with its reason (rlexp refuses it in the same "
-             "words when asked to train it).\n",
+             f"{mapped} of {len(rows)} rows mapped; each refused row with its reason (a key rlexp cannot honour: the "
+             "words a run of that row stops with; an env gymnasium does not ship: its id is not registered).\n",
              "| file | row | status | trains as | reason |", "|---|---|---|---|---|"]
     lines += [f"| {r['file']} | {r['row']} | {r['status']} | {r['runs_as']} | {r['why']} |" for r in rows]
     lines.append("\n## rlexp's agent against SB3's model, one row per algorithm\n")
