@@ -188,20 +188,26 @@ def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[
               over: DictConfig | None = None) -> DictConfig:
     """cfg with an RL Zoo row merged in over the agent, env, model and buffer presets (as a tuned preset is), the
     `over` preset's sections (a shipped tuned preset's) and the command line's values applied again over it. The
-    row's network replaces the model preset unless the command line chose one (`model=`). A key the user's own
-    presets set that the row overrides is said."""
+    row's network replaces the model preset unless the command line chose one (`model=`), the model is recurrent,
+    or it is your own edited preset. A key the user's own presets set that the row overrides is said."""
     sections = translate(row)
     model = sections.pop("model")
+    # run.*: the row's n_timesteps only where nothing but config.yaml set the length (a config group of yours, a
+    # tuned preset and the command line win); the stop rule is rlexp's (tuned presets set it)
+    steps = sections.pop("run")["max_steps"]
+    if float(cfg.run.max_steps) == default_max_steps():
+        sections["run"] = {"max_steps": steps}
     chosen = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
     if "buffer" in chosen:  # buffer=prioritized etc.: the row's sizes, the chosen buffer's class
         sections.get("buffer", {}).pop("_target_", None)
     if sections["env"].get("wrappers") and cfg.env.get("wrappers"):  # the env preset's wrappers first
         sections["env"]["wrappers"] = [*OmegaConf.to_container(cfg.env.wrappers), *sections["env"]["wrappers"]]
-    above = {key: over[key] for key in SECTIONS if over is not None and key in over}
+    above = {key: over[key] for key in SECTIONS if over is not None and key in over and key != "run"}  # (composed)
     merged = OmegaConf.merge(cfg, sections, {key: value for key, value in above.items() if key != "model"})
     recurrent = any(layer.get("type") in ("lstm", "gru") for layer in cfg.model.get("layers") or [])
+    yours = "model" in choices and bool(own_keys("model", choices["model"]))  # your own edited model preset
     with open_dict(merged):
-        if "model" not in chosen and not recurrent:  # (a recurrent model is what such a run is about)
+        if "model" not in chosen and not recurrent and not yours:  # (a recurrent model: what such a run is about)
             merged.model = OmegaConf.merge(OmegaConf.create(model), above.get("model", {}))
     by_row = {group: {key: value for key, value in keys.items() if key not in (above.get(group) or {})}
               for group, keys in sections.items()}  # (what `over` sets again, its own line names)
@@ -214,6 +220,11 @@ def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[
         if decay is not None:
             merged.agent.epsilon_decay_steps = decay
     return merged
+
+
+def default_max_steps() -> float:
+    """conf/config.yaml's run.max_steps: a run whose length nothing else set."""
+    return float(OmegaConf.load(importlib.resources.files("rlexp.conf") / "config.yaml").run.max_steps)
 
 
 def exploration_steps(row: ZooRow, cfg: DictConfig, given: set[str]) -> int | None:

@@ -7,7 +7,7 @@ from pathlib import Path
 from typing import Any
 
 from hydra.core.hydra_config import HydraConfig
-from omegaconf import DictConfig, OmegaConf
+from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
 from rlexp.checkpoints import PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
@@ -136,6 +136,17 @@ def resume_setup(cfg: DictConfig, resume: str) -> tuple[DictConfig, Path, Path |
             from rlexp.fallback import merge_fallback
 
             cfg = merge_fallback(cfg, str(stored.fallback), task_overrides())
+        elif stored.get("fallback", "auto") == "auto":  # the pair's RL Zoo row and tuned preset, as it trained
+            from rlexp.fallback import apply_fallback
+
+            fresh = OmegaConf.merge(cfg, {})
+            with open_dict(fresh):
+                fresh.pop("resume", None)
+            cfg = apply_fallback(fresh, choices(), task_overrides())[0]
+            derived = "epsilon_decay_steps"  # DQN's, from the run's length (which resuming may change)
+            if derived in stored.agent and not any(o.startswith(f"agent.{derived}=") for o in task_overrides()):
+                with open_dict(cfg):
+                    cfg.agent[derived] = stored.agent[derived]
         check_resume_overrides(cfg, stored)
         check_settings(stored)
     except BaseException:
