@@ -90,6 +90,8 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
         if not over_row(path):  # the pair's whole values (an autotuned preset, an rlexp agent's)
             return cfg, f"tuned preset for {pair}: {where}"
         row, refused = zoo_row(agent, cfg, shipped_rows=True)  # what rlexp (or your copy) sets over the row
+        if row is None and not registered(str(cfg.env.id)):
+            return cfg, f"tuned preset for {pair}: {where}"  # (building the env says what is wrong with its id)
         if row is None:
             raise UserError(f"tuned/{tuned}.yaml ({path}) is set over RL Zoo's row for {pair}, which "
                             f"{refused.strip(' ();') or 'is not found for this agent, model and env'}; train the "
@@ -171,6 +173,20 @@ def zoo_row(agent: str, cfg: DictConfig, shipped_rows: bool = False) -> tuple[Zo
             raise
         return None, f" ({error}, so not that row)"
     return row, ""
+
+
+def registered(env_id: str) -> bool:
+    """Whether gymnasium knows the id (ale-py's games included)."""
+    import gymnasium as gym
+
+    from rlexp.envs import is_atari
+
+    is_atari(env_id)  # (rlexp.envs registers ale-py's games)
+    try:
+        gym.spec(env_id)
+        return True
+    except Exception:  # noqa: BLE001 - unknown ids, namespaces, modules
+        return False
 
 
 def over_row(path: Any) -> bool:
