@@ -70,9 +70,11 @@ def source_file(source: Any, group: str, name: str) -> Any:
 
 
 def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str]) -> tuple[DictConfig, str | None]:
-    """cfg with the fallback preset merged in, when no tuned preset was chosen; the user's values (the command
-    line's `overrides`, their own presets') win over it. Also the line that names the preset the run uses (the
-    run's first log line, logged once the envs and agent are built: bad input stays a single error line)."""
+    """cfg as the pair trains: a tuned preset set over RL Zoo's row for the pair with the row under it (a tuned
+    preset of the pair's whole values alone); else the pair's RL Zoo row (shipped, or zoo.file / zoo.row); else
+    the fallback preset of the env's kind, under the user's values (the command line's `overrides`, their own
+    presets'). Also the line that names what the run uses (the run's first log line, logged once the envs and
+    agent are built: bad input stays a single error line)."""
     if cfg.get("fallback", "auto") is None:
         with open_dict(cfg):
             cfg.fallback = "none"  # null is none, saved as such
