@@ -16,7 +16,7 @@ AS_PG=(); [ "$(id -u)" = 0 ] && { chown postgres "$PG_DATA"; AS_PG=(runuser -u p
 "${AS_PG[@]}" "$PG_BIN/createdb" -h 127.0.0.1 -p "$PG_PORT" -U postgres rlexp_test
 rlexp_ci_stop_postgres() {
   "${AS_PG[@]}" "$PG_BIN/pg_ctl" -D "$PG_DATA" -m immediate stop >/dev/null 2>&1 || true
-  rm -rf "$PG_DATA"
+  rm -rf "$PG_DATA" 2>/dev/null || true
 }
 export RLEXP_TEST_POSTGRES="postgresql://postgres@127.0.0.1:$PG_PORT/rlexp_test"
 echo "PostgreSQL $("$PG_BIN/postgres" --version | awk '{print $3}') on 127.0.0.1:$PG_PORT for the sweep tests"

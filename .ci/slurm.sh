@@ -49,10 +49,16 @@ export SLURM_CONF="$SLURM_DIR/slurm.conf"
 /usr/sbin/slurmctld -f "$SLURM_CONF"
 /usr/sbin/slurmd -f "$SLURM_CONF"
 rlexp_ci_stop_slurm() {
-  for pid in "$SLURM_DIR/slurmd.pid" "$SLURM_DIR/slurmctld.pid" "$SLURM_DIR/munge/munged.pid"; do
-    [ -f "$pid" ] && kill "$(cat "$pid")" 2>/dev/null || true
+  local pids=()
+  for file in "$SLURM_DIR/slurmd.pid" "$SLURM_DIR/slurmctld.pid" "$SLURM_DIR/munge/munged.pid"; do
+    [ -f "$file" ] && pids+=("$(cat "$file")")
   done
-  rm -rf "$SLURM_DIR"
+  [ ${#pids[@]} -gt 0 ] && kill "${pids[@]}" 2>/dev/null
+  for _ in $(seq 1 50); do  # the daemons write their last files as they go: remove the folder after them
+    kill -0 "${pids[@]}" 2>/dev/null || break
+    sleep 0.2
+  done
+  rm -rf "$SLURM_DIR" 2>/dev/null || true
 }
 for _ in $(seq 1 30); do
   sinfo -h -o %T 2>/dev/null | grep -qE '^(idle|mixed)' && break
