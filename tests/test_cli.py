@@ -78,6 +78,10 @@ def test_play_records_demonstrations_that_dqfd_trains_from_and_plays(trained, tm
     demos = tmp_path / "demos"
     record = rlexp(cwd, "mode=play", f"+checkpoint={run_dirs(cwd)[0]}", "play.episodes=3", f"+demo_dir={demos}")
     assert record.returncode == 0 and "3 episodes, Minari format" in record.stdout, record.stderr[-2000:]
+    (said,) = [line for line in record.stdout.splitlines() if "load them with Minari: " in line]
+    command = said.split("load them with Minari: ", 1)[1]  # the call it prints works as it stands
+    loaded = subprocess.run(command, shell=True, capture_output=True, text=True, timeout=120)
+    assert loaded.returncode == 0 and "MinariDataset" in loaded.stdout, loaded.stderr[-2000:]
     again = rlexp(cwd, "mode=play", f"+checkpoint={run_dirs(cwd)[0]}", f"+demo_dir={demos}")
     assert again.returncode == 2 and "holds demonstrations already" in again.stdout + again.stderr
     args = ["agent=dqfd", f"agent.demos={demos}", "agent.pretrain_steps=50", "run.max_steps=600",

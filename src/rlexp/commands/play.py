@@ -96,7 +96,9 @@ def _play_or_eval(cfg: DictConfig, ckpt: Path) -> float:
         path = recorder.write(absolute(cfg.demo_dir), run_cfg.env.id,
                               type(agent).__name__, agent.observation_space, agent.action_space)
         log.info(f"demonstrations: {path} ({len(recorder.episodes)} episodes, Minari format); train from them "
-                 f"with agent=dqfd agent.demos={cfg.demo_dir}")
+                 f"with agent=dqfd agent.demos={cfg.demo_dir}; load them with Minari: "
+                 f"MINARI_DATASETS_PATH={absolute(cfg.demo_dir)} python -c \"import minari; "
+                 f"print(minari.load_dataset('{DATASET_ID}'))\"")
     if cfg.get("video_dir") and (cfg.get("logger") or {}).get("name") == "wandb":
         from rlexp.tracking import Wandb
 
