@@ -168,3 +168,21 @@ def test_video_writer_keeps_every_frame_and_pads_odd_sizes(tmp_path):
         assert frames[0].shape == (size[0] + size[0] % 2, size[1] + size[1] % 2, 3)
         assert abs(int(frames[5].mean()) - 35) <= 2  # frame 5 is frame 5: grey level 5 x 7
     assert sorted(p.name for p in tmp_path.iterdir()) == ["v500.mp4", "v6.mp4"]  # no temporary files left
+
+
+def test_recording_says_how_far_it_got_while_frames_render(tmp_path, monkeypatch, caplog):
+    """Frames rendered in software can take minutes (MuJoCo with Mesa: ~10 frames/s): while a video is recorded,
+    play says every PROGRESS_SECONDS how many frames the episode has and at what rate (here: every step)."""
+    import logging
+
+    from rlexp import PPO, make_envs
+    from rlexp import play as playing
+
+    monkeypatch.setattr(playing, "PROGRESS_SECONDS", 0.0)
+    envs = make_envs("CartPole-v1", n_envs=1, seed=0, render_mode="rgb_array", max_episode_steps=5)
+    agent = PPO(envs, seed=0, n_steps=8, mini_batches=1)
+    with caplog.at_level(logging.INFO, logger="rlexp"):
+        playing.play(agent, envs, episodes=1, video_dir=str(tmp_path / "videos"))
+    said = [r.getMessage() for r in caplog.records if "frames rendered" in r.getMessage()]
+    assert [line.split(" frames rendered")[0] for line in said] == [f"episode 1: {n}" for n in range(5)]
+    envs.close()

@@ -150,6 +150,9 @@ class VideoWriter:
                 self.tmp.unlink(missing_ok=True)
 
 
+PROGRESS_SECONDS = 10.0  # a line this often while frames are rendered (MuJoCo in software: ~10 frames/s)
+
+
 def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir: str | None = None,
          frame_frequency: int = 1, frame_delay: float = 0.0, render: bool = False, fps: int = 30,
          name: str = "play", recorder=None, deterministic: bool = True) -> list[float]:
@@ -173,8 +176,13 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
     if recorder is not None:
         recorder.start(obs)
     total, frame_index, starts = 0.0, 0, np.ones(1, bool)
+    said, started = time.monotonic(), time.monotonic()
     try:
         while len(returns) < episodes:
+            if capture and time.monotonic() - said >= PROGRESS_SECONDS:  # rendering in software is slow: say so
+                said = time.monotonic()
+                log.info(f"episode {len(returns) + 1}: {frame_index:,} frames rendered "
+                         f"({frame_index / max(said - started, 1e-9):.0f} frames/s)")
             if capture:
                 frame = rgb_frame(envs)
                 if frame_index == 0:  # the directories are made once the env proves it gives frames
