@@ -188,15 +188,13 @@ def split_overrides(overrides: list[str]) -> Overrides:
 
 
 def pair_max_steps(trial_cfg: DictConfig, overrides: Overrides) -> int:
-    """The pair's training budget, run.max_steps: the trials' configuration's (the pair's RL Zoo row, tuned
-    preset or fallback, under the command line), except that a +sweep=<name> preset's run.max_steps (its trials'
-    length in a plain sweep) gives way to the pair's own."""
+    """The pair's run.max_steps as its trials resolve it (RL Zoo row, tuned preset or fallback, command line); a
+    +sweep=<name> preset's run.max_steps (a plain sweep's trial length) gives way to the pair's own."""
     if overrides.space is None or any(o.lstrip("+").startswith("run.max_steps=") for o in overrides.study):
         return int(float(trial_cfg.run.max_steps))
     from hydra import compose
 
     from rlexp.fallback import apply_fallback
-
     task = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+").startswith(("sweep=", "mode="))]
     pair = compose(config_name=HydraConfig.get().job.config_name, overrides=task, return_hydra_config=True)
     return int(float(apply_fallback(pair, choices(), task)[0].run.max_steps))
