@@ -76,6 +76,9 @@ CASES = {
     "trpo-mountaincar-zoo": Case(["agent=trpo", "env=generic", "env.id=MountainCar-v0"], "trpo-mountaincar-zoo",
                                  100_352, "RL Zoo's trpo.yml MountainCar-v0 row, as dqn-mountaincar-zoo (100,352 env "
                                  "steps: the whole rollouts that pass its 100,000)"),
+    "trpo-swimmer-zoo": Case(["agent=trpo", "env=generic", "env.id=Swimmer-v5"], "trpo-swimmer-zoo", 1_001_472,
+                             "RL Zoo's trpo.yml Swimmer-v4 row on gymnasium's Swimmer-v5, as dqn-mountaincar-zoo "
+                             "(1,001,472 env steps: the whole rollouts that pass its 1,000,000)"),
     "ppo-lstm-cartpole-novel-20k": Case([*LSTM, "env=cartpole_novel"], "ppo-lstm-cartpole-novel", 20_000,
                                         "RL Zoo's ppo_lstm.yml CartPoleNoVel-v1 row with observations normalised, "
                                         "rewards not (RL Zoo's current row normalises both); rlexp: "
