@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from rlexp.history import read_frame
+from rlexp.runs.history import read_frame
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from current import rlexp, write_table  # noqa: E402

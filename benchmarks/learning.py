@@ -122,7 +122,7 @@ CASES |= {f"fallback-ppo-{name}-gamma{gamma}": ([*CASES[f"fallback-ppo-{name}"][
           for gamma in ("0.99", "0.999")
           for name in ("invertedpendulum", "mountaincarcontinuous", "lunarlandercontinuous", "swimmer", "halfcheetah",
                        "walker2d", "hopper")}
-# RL Zoo's rows (src/rlexp/zoo/hyperparams) for pairs that had no rlexp preset: env=generic trains the row for the
+# RL Zoo's rows (src/rlexp/presets/zoo/hyperparams) for pairs that had no rlexp preset: env=generic trains the row for the
 # id, its n_timesteps included; threshold: RL Zoo's benchmark.md score for the pair (one run of its own each)
 ZOO_ROWS = {  # name: (agent, env id, RL Zoo's score, its std over its evaluation episodes; benchmark.md)
     "dqn-acrobot": ("dqn", "Acrobot-v1", -76.6, 11.8),

@@ -22,7 +22,7 @@ ZOO_OFF_POLICY = {"max_size": 200_000, "initial_size": 10_000, "batch_size": 256
 CASES = {  # name: (agent, env id, make_envs options, agent options, replay buffer options, warm-up steps, timed steps)
     "ppo-cartpole-mlp": ("PPO", "CartPole-v1", {"n_envs": 8}, {"n_steps": 32, "mini_batches": 1, "ppo_epochs": 20},
                          None, 2048, 40960),
-    "ppo-cartpole-lstm": ("PPO", "CartPole-v1", {"n_envs": 8, "wrappers": [{"_target_": "rlexp.wrappers.MaskVelocity"}]},
+    "ppo-cartpole-lstm": ("PPO", "CartPole-v1", {"n_envs": 8, "wrappers": [{"_target_": "rlexp.envs.wrappers.MaskVelocity"}]},
                           {"model": "lstm", "n_steps": 32, "mini_batches": 1, "ppo_epochs": 20}, None, 512, 8192),
     "ppo-pong-cnn": ("PPO", "PongNoFrameskip-v4", {"n_envs": 8, "preprocess": True},
                      {"n_steps": 128, "mini_batches": 4, "ppo_epochs": 4}, None, 1024, 4096),
@@ -41,7 +41,7 @@ def measure(case: str, precision: str) -> float:
     import rlexp.agents
     from rlexp import buffers
     from rlexp.build import configure_threads
-    from rlexp.envs import make_envs
+    from rlexp.envs.make import make_envs
 
     agent_name, env_id, env_kwargs, agent_kwargs, buffer_kwargs, warm, steps = CASES[case]
     envs = make_envs(env_id, seed=0, **env_kwargs)

@@ -57,7 +57,7 @@ def zoo_case(name: str, seed: int, steps: int | None) -> tuple[BaseAlgorithm, in
     import sb3_zoo_row
 
     algo, key, env_id = ZOO_CASES[name]
-    path = Path(__file__).resolve().parents[1] / "src/rlexp/zoo/hyperparams" / f"{algo}.yml"
+    path = Path(__file__).resolve().parents[1] / "src/rlexp/presets/zoo/hyperparams" / f"{algo}.yml"
     row = yaml.safe_load(path.read_text())[key]
     model, _ = sb3_zoo_row.build(algo, {**row, "seed": seed}, env_id)
     return model, steps or int(float(row["n_timesteps"]))

@@ -38,7 +38,7 @@ def rlexp_update(env_id: str, warmup: int, kl_reduction: str, path: Path) -> Non
     os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
     from rlexp.agents import TRPO
     from rlexp.agents.on_policy import compute_gae
-    from rlexp.envs import make_envs
+    from rlexp.envs.make import make_envs
 
     agent = TRPO(make_envs(env_id, n_envs=2, seed=0), model=MODEL, seed=0, mini_batches=1, critic_iterations=1,
                  kl_reduction=kl_reduction, jit_compile=False, **SETTINGS)

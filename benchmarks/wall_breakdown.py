@@ -171,14 +171,14 @@ PATCHES = {
     "rlexp.commands.train": patch_train,
     "rlexp.agents.base": patch_base,
     "rlexp.agents.base.loop": lambda m: patch(m, "plot_history", "saving: history.png"),
-    "rlexp.envs": patch_envs,
-    "rlexp.history": lambda m: patch(m.History, "flush", "saving: history.parquet"),
-    "rlexp.tracking": lambda m: [patch(m.TensorBoard, name, "saving: TensorBoard")
+    "rlexp.envs.make": patch_envs,
+    "rlexp.runs.history": lambda m: patch(m.History, "flush", "saving: history.parquet"),
+    "rlexp.runs.tracking": lambda m: [patch(m.TensorBoard, name, "saving: TensorBoard")
                                  for name in ("__init__", "scalars", "flush", "close")],
-    "rlexp.logs": lambda m: [patch(m, name, "saving: run dir, config, log, summary")
+    "rlexp.runs.logs": lambda m: [patch(m, name, "saving: run dir, config, log, summary")
                              for name in ("attach_run_log", "detach_run_log")],
-    "rlexp.checks": lambda m: patch(m, "check_presets", "config: checks, fallback/tuned presets"),
-    "rlexp.fallback": lambda m: patch(m, "apply_fallback", "config: checks, fallback/tuned presets"),
+    "rlexp.checks.values": lambda m: patch(m, "check_presets", "config: checks, fallback/tuned presets"),
+    "rlexp.presets.fallbacks": lambda m: patch(m, "apply_fallback", "config: checks, fallback/tuned presets"),
     "tensorflow.python.eager.polymorphic_function.tracing_compilation": patch_tracing,
 }
 

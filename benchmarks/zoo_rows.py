@@ -1,4 +1,4 @@
-"""RL Zoo's rows in rlexp: every row of the shipped hyperparameter files (src/rlexp/zoo/hyperparams), mapped or
+"""RL Zoo's rows in rlexp: every row of the shipped hyperparameter files (src/rlexp/presets/zoo/hyperparams), mapped or
 refused with the reason; and for one row per algorithm, the hyperparameters of the agent rlexp builds from the row
 against those of the model Stable-Baselines3 builds from it (benchmarks/sb3_zoo_row.py, in SB3's virtualenv), in
 SB3's conventions: zero differences, or each explained.
@@ -22,8 +22,8 @@ import gymnasium as gym
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from current import write_table  # noqa: E402
 
-from rlexp.zoo import ZOO_FILES, ZooRow, ZooRowError, load_file, translate  # noqa: E402
-from rlexp.zoo.rows import id_base, shipped_dir, shipped_version  # noqa: E402
+from rlexp.presets.zoo import ZOO_FILES, ZooRow, ZooRowError, load_file, translate  # noqa: E402
+from rlexp.presets.zoo.rows import id_base, shipped_dir, shipped_version  # noqa: E402
 
 # one row per algorithm: (file, row, the gymnasium id rlexp and SB3 build it on)
 COMPARED = [("a2c", "atari", "BreakoutNoFrameskip-v4"), ("ddpg", "MountainCarContinuous-v0", "MountainCarContinuous-v0"),
@@ -69,7 +69,7 @@ def every_row() -> list[dict]:
             if status == "mapped" and runs_as is None:
                 status, why = "refused", "the env is not in gymnasium, ale-py or MuJoCo (PyBullet, MiniGrid, ...)"
             if key.endswith(("NoVel-v0", "NoVel-v1", "NoVel-v2")) and runs_as:
-                runs_as += " with rlexp.wrappers.MaskVelocity"
+                runs_as += " with rlexp.envs.wrappers.MaskVelocity"
             out.append(dict(file=name, row=key, status=status, runs_as=runs_as or "", why=why))
     return out
 
@@ -119,7 +119,7 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
         d["optimizer_alpha"] = float(optimizer.rho)
     d["norm_obs"], d["norm_reward"] = bool(a.normalize_obs), bool(a.normalize_reward)
     if d["norm_obs"] or d["norm_reward"]:
-        d.update(norm_clip_obs=10.0, norm_clip_reward=10.0, norm_gamma=agent.gamma)  # rlexp.normalize's
+        d.update(norm_clip_obs=10.0, norm_clip_reward=10.0, norm_gamma=agent.gamma)  # rlexp.envs.normalize's
     models = agent.models()
     spec = [layer for layer in cfg.model.layers if layer.get("type", "dense") == "dense" and not layer.get("output")]
     towers = [layer for layer in spec if not layer.get("common")]
@@ -241,7 +241,7 @@ def main() -> None:
     opts = parser.parse_args()
     rows = every_row()
     mapped = sum(r["status"] == "mapped" for r in rows)
-    lines = [f"Files: {shipped_version()} (src/rlexp/zoo/hyperparams).\n",
+    lines = [f"Files: {shipped_version()} (src/rlexp/presets/zoo/hyperparams).\n",
              f"{mapped} of {len(rows)} rows mapped; each refused row with its reason (a key rlexp cannot honour: the "
              "words a run of that row stops with; an env gymnasium does not ship: its id is not registered).\n",
              "| file | row | status | trains as | reason |", "|---|---|---|---|---|"]

@@ -18,7 +18,7 @@ import tensorflow as tf
 
 from rlexp.agents import ACER
 from rlexp.buffers import RolloutBuffer
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 
 TINY_MLP = {"layers": [{"type": "dense", "units": 8, "activation": "tanh"}, {"type": "dense", "output": True}],
             "initializer": "orthogonal", "gain": 1.0}

@@ -1,7 +1,7 @@
 """The base loop's bookkeeping: plateau LR reduction, early stopping, target reward (truncation bootstrapping:
 test_truncation.py)."""
 from rlexp.agents import PPO
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 
 
 def make_agent(**kwargs):

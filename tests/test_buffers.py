@@ -124,7 +124,7 @@ def test_priorities_update_to_the_td_error_plus_eps_and_new_transitions_get_the_
 
 
 def test_demonstrations_get_the_demo_bonus_and_stay_for_good():
-    from rlexp.demos import Demonstrations
+    from rlexp.envs.demos import Demonstrations
 
     demos = Demonstrations(obs=np.full((2, 1), -1.0, np.float32), actions=np.array([7, 8]),
                            rewards=np.ones(2, np.float32), next_obs=np.zeros((2, 1), np.float32),

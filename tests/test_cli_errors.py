@@ -24,7 +24,7 @@ def shipped_config() -> DictConfig:
     (None, "Acrobot-v1", "Acrobot-v1"),
 ])
 def test_env_display_name(choice, env_id, name):
-    from rlexp.rundirs import env_display_name
+    from rlexp.runs.dirs import env_display_name
 
     assert env_display_name(choice, env_id) == name
 
@@ -43,7 +43,7 @@ def test_env_display_name(choice, env_id, name):
     ("run.tf_threads", True, "run.tf_threads=True must be auto or a number of threads (0: all cores)"),
 ])
 def test_run_settings_are_refused(key, value, message):
-    from rlexp.checks import check_settings
+    from rlexp.checks.values import check_settings
 
     cfg = shipped_config()
     OmegaConf.update(cfg, key, value)
@@ -58,7 +58,7 @@ def test_run_settings_are_refused(key, value, message):
     ("run.mixed_precision", False), ("run.tf_threads", 0), ("run.tf_inter_threads", 3), ("seed", None),
 ])
 def test_valid_run_settings_pass(key, value):
-    from rlexp.checks import check_settings
+    from rlexp.checks.values import check_settings
 
     cfg = shipped_config()
     OmegaConf.update(cfg, key, value)
@@ -71,7 +71,7 @@ def test_valid_run_settings_pass(key, value):
     ("play", None, "play=None: play is a section of settings"),
 ])
 def test_top_level_values_are_refused(key, value, message):
-    from rlexp.checks import check_command
+    from rlexp.checks.values import check_command
 
     cfg = shipped_config()
     cfg[key] = value
@@ -104,8 +104,7 @@ def test_hydra_options_go_before_the_overrides(args, expected):
 
 
 def test_init_refuses_a_directory_it_cannot_write(tmp_path, monkeypatch):
-    from rlexp import files as init
-
+    from rlexp.runs import files as init
     blocker = tmp_path / "file"
     blocker.write_text("x")
     with pytest.raises(UserError, match=r"^\+dir=d: .*/file is a file, so .*/file/conf can't be made"):
@@ -117,7 +116,7 @@ def test_init_refuses_a_directory_it_cannot_write(tmp_path, monkeypatch):
 
 
 def test_env_kwargs_the_constructor_refuses_are_one_line():
-    from rlexp.envs import make_envs
+    from rlexp.envs.make import make_envs
 
     with pytest.raises(UserError) as error:
         make_envs("CartPole-v1", kwargs={"foo": 1}, vectorization="sync")

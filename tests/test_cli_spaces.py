@@ -52,9 +52,9 @@ def test_lstm_run_resumes_with_fresh_hidden_states_and_plays_to_mp4(tmp_path):
         assert not [k for k in data.files if "rnn_state" in k or "episode_starts" in k]  # resume resets the envs
 
     from rlexp.agents import PPO
-    from rlexp.envs import make_envs
+    from rlexp.envs.make import make_envs
 
-    agent = PPO(make_envs("CartPole-v1", 2, seed=0, wrappers=[{"_target_": "rlexp.wrappers.MaskVelocity"}]),
+    agent = PPO(make_envs("CartPole-v1", 2, seed=0, wrappers=[{"_target_": "rlexp.envs.wrappers.MaskVelocity"}]),
                 model="lstm", n_steps=32, mini_batches=2, seed=5)
     agent.load(run / "checkpoints" / "last.ckpt")
     for i in range(4):
@@ -76,7 +76,7 @@ def test_mixed_precision_run_and_a_refusal(tmp_path):
     refused = rlexp(tmp_path, "agent=trpo", "run.mixed_precision=true", "run.max_steps=100")
     assert refused.returncode == 2 and "mixed_precision is supported by PPO, A2C, VPG and the off-policy agents" in refused.stdout + refused.stderr
     bad = rlexp(tmp_path, "env=cartpole", "env.wrappers=[{_target_: os.system}]", "run.max_steps=100")
-    assert bad.returncode == 2 and "must be a gymnasium.wrappers or rlexp.wrappers class" in bad.stdout + bad.stderr
+    assert bad.returncode == 2 and "must be a gymnasium.wrappers or rlexp.envs.wrappers class" in bad.stdout + bad.stderr
 
 
 def test_auto_precision_is_bfloat16_only_for_image_models_on_a_bfloat16_cpu(tmp_path, monkeypatch):

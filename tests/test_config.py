@@ -18,7 +18,7 @@ def trained(*overrides):
     """The config a run trains: composed, then the pair's RL Zoo row and tuned preset (or fallback) merged."""
     from hydra.core.hydra_config import HydraConfig
 
-    from rlexp.fallback import apply_fallback
+    from rlexp.presets.fallbacks import apply_fallback
 
     with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
         c = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
@@ -96,7 +96,7 @@ def test_agent_preset_defaults_agree_with_code(agent):
 def test_documented_agent_tables_match_the_presets():
     from pathlib import Path
 
-    from rlexp.presets import agent_tables
+    from rlexp.presets.tables import agent_tables
 
     reference = (Path(__file__).parents[1] / "docs" / "configuration.md").read_text()
     assert agent_tables().strip() in reference, "docs/configuration.md is stale: run `python -m rlexp.presets`"

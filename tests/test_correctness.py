@@ -6,9 +6,9 @@ import pytest
 
 from rlexp.agents import DDPG, DQN, PPO
 from rlexp.buffers import ReplayBuffer
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 from rlexp.errors import UserError
-from rlexp.normalize import RunningMeanStd
+from rlexp.envs.normalize import RunningMeanStd
 
 
 def normalised(raw, mean, var, clip=10.0):

@@ -13,7 +13,7 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlexp.checkpoints import DamagedCheckpoint
+from rlexp.runs.checkpoints import DamagedCheckpoint
 from rlexp.errors import UserError
 from test_cli import rlexp as cli
 from test_ux import rlexp as cli_limited
@@ -42,7 +42,7 @@ def one_line(result) -> str:
 
 # ----- a full disk ----------------------------------------------------------------------------------------
 def test_a_write_failure_says_which_checkpoint_resume_will_use(tmp_path):
-    from rlexp.checkpoints import write_failure
+    from rlexp.runs.checkpoints import write_failure
 
     run = tmp_path / "run"
     (run / ".hydra").mkdir(parents=True)
@@ -108,7 +108,7 @@ def test_a_truncated_or_corrupted_checkpoint_is_one_line_naming_it(tmp_path):
 
 
 def test_resume_falls_back_to_the_kept_previous_checkpoint(tmp_path, caplog):
-    from rlexp.checkpoints import resume_checkpoint
+    from rlexp.runs.checkpoints import resume_checkpoint
 
     folder = tmp_path / "checkpoints"
     agent = ppo()
@@ -162,7 +162,7 @@ def test_resume_play_eval_and_init_from_with_a_truncated_checkpoint(tmp_path):
 
 # ----- one writer per run dir -----------------------------------------------------------------------------
 def test_a_run_dir_lock_names_its_holder_and_a_dead_holder_does_not_block(tmp_path):
-    from rlexp.runlock import RunLock
+    from rlexp.runs.lock import RunLock
 
     held = RunLock(tmp_path).acquire("run_dir=r")
     with pytest.raises(UserError) as error:
@@ -173,7 +173,7 @@ def test_a_run_dir_lock_names_its_holder_and_a_dead_holder_does_not_block(tmp_pa
     held.release()
     RunLock(tmp_path).acquire("+resume=r").release()
     holder = subprocess.Popen([sys.executable, "-c", "import sys, time; from pathlib import Path; "
-                               "from rlexp.runlock import RunLock; lock = RunLock(Path(sys.argv[1])).acquire('k'); "
+                               "from rlexp.runs.lock import RunLock; lock = RunLock(Path(sys.argv[1])).acquire('k'); "
                                "print('locked', flush=True); time.sleep(60)", str(tmp_path)],
                               stdout=subprocess.PIPE, text=True)
     assert holder.stdout.readline() == "locked\n"
@@ -214,7 +214,7 @@ def test_two_resumes_started_together_one_trains_the_other_exits_at_once(tmp_pat
 
 
 def test_divergence_names_the_last_good_checkpoint_or_says_there_is_none(tmp_path):
-    from rlexp.checkpoints import diverged
+    from rlexp.runs.checkpoints import diverged
 
     error = RuntimeError("non-finite loss at step 96")
     assert diverged(error, tmp_path) == ("training diverged: non-finite loss at step 96; no checkpoint was written "
@@ -232,7 +232,7 @@ def test_a_process_refused_before_the_holder_wrote_its_pid_waits_for_it(tmp_path
     import fcntl
     import threading
 
-    from rlexp.runlock import LOCK_NAME, RunLock
+    from rlexp.runs.lock import LOCK_NAME, RunLock
 
     holder = open(tmp_path / LOCK_NAME, "a+")
     fcntl.flock(holder.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # locked, nothing written yet
@@ -253,7 +253,7 @@ def test_a_process_refused_before_the_holder_wrote_its_pid_waits_for_it(tmp_path
 SLEEPER = '''
 import os, sys, time
 from pathlib import Path
-from rlexp.launch import run_jobs
+from rlexp.runtime.launch import run_jobs
 
 def job(pid_file):
     Path(pid_file).write_text(str(os.getpid()))

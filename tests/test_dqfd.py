@@ -9,8 +9,8 @@ import tensorflow as tf
 from rlexp.agents import DQfD
 from rlexp.agents.dqfd import large_margin_loss
 from rlexp.buffers import NStepReplayBuffer, PrioritizedNStepReplayBuffer, PrioritizedReplayBuffer
-from rlexp.demos import DemoRecorder, load_demonstrations, n_step_targets
-from rlexp.envs import make_envs
+from rlexp.envs.demos import DemoRecorder, load_demonstrations, n_step_targets
+from rlexp.envs.make import make_envs
 from rlexp.errors import UserError
 
 

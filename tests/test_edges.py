@@ -11,10 +11,10 @@ import tensorflow as tf
 
 from rlexp.agents import A2C, PPO
 from rlexp.build import configure_threads
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 
 PRELOAD_PROBE = """
-import rlexp.preload
+import rlexp.runtime.preload
 from tensorflow.python.eager import context
 ctx = context.context()
 print("devices listed:", ctx._physical_devices is not None)
@@ -22,7 +22,7 @@ print("context started:", ctx._context_handle is not None)
 import tensorflow as tf
 tf.config.threading.set_inter_op_parallelism_threads(3)
 tf.config.threading.set_intra_op_parallelism_threads(1)
-from rlexp.quiet import import_tensorflow
+from rlexp.runtime.quiet import import_tensorflow
 import_tensorflow()
 print("devices listed after start:", ctx._physical_devices is not None)
 threads = tf.config.threading

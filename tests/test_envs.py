@@ -3,9 +3,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 from rlexp.errors import UserError
-from rlexp.graph_envs import GraphCartPole, GraphPendulum
+from rlexp.envs.graph import GraphCartPole, GraphPendulum
 
 
 def test_vector_cartpole_matches_env_copies():
@@ -42,7 +42,7 @@ def test_vector_needs_a_batched_env():
 
 
 def test_auto_vectorization_batches_only_where_it_pays():
-    from rlexp.envs import SameStepCartPoleVectorEnv
+    from rlexp.envs.make import SameStepCartPoleVectorEnv
 
     assert isinstance(make_envs("CartPole-v1", n_envs=8), GraphCartPole)
     assert isinstance(make_envs("CartPole-v1", n_envs=8, vectorization="vector"), SameStepCartPoleVectorEnv)
@@ -149,7 +149,7 @@ def raw_envpool(n: int, seed: int, **options):
 def test_envpool_restarts_in_the_same_step_as_envpool_restarts_on_the_next():
     """EnvPool resets a finished env on the next step (that step's action is ignored); the adapter resets it
     in the finishing step. Same seed, same actions: the adapter's stream is EnvPool's without those steps."""
-    from rlexp.envpool_envs import EnvPoolAtari
+    from rlexp.envs.envpool import EnvPoolAtari
 
     n, agent_steps = 2, 10
     adapter = make_envs("PongNoFrameskip-v4", n_envs=n, seed=3, preprocess=True, max_episode_steps=4 * agent_steps)
@@ -181,7 +181,7 @@ def test_envpool_restarts_in_the_same_step_as_envpool_restarts_on_the_next():
 def test_envpool_restarts_only_the_finished_envs_each_like_its_own_envpool_env():
     """Episodes end at different steps; env i of a pool seeded s is EnvPool's single env seeded s + i, so each
     row must follow its own reference env, with that env's restart step removed."""
-    from rlexp.envpool_envs import EnvPoolAtari
+    from rlexp.envs.envpool import EnvPoolAtari
 
     n, seed, limit = 3, 5, 5
     envs = EnvPoolAtari("PongNoFrameskip-v4", n, seed, max_episode_steps=4 * limit)
@@ -252,7 +252,7 @@ def test_envpool_seeds_and_options():
 
 
 def test_envpool_is_chosen_only_where_it_applies():
-    from rlexp.envpool_envs import EnvPoolAtari
+    from rlexp.envs.envpool import EnvPoolAtari
 
     assert isinstance(make_envs("PongNoFrameskip-v4", n_envs=2, seed=0, preprocess=True), EnvPoolAtari)
     for kwargs in (dict(render_mode="rgb_array"), dict(vectorization="sync"), dict(noop_max=0),

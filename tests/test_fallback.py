@@ -7,8 +7,8 @@ import yaml
 from hydra import compose, initialize_config_module
 from omegaconf import OmegaConf
 
-from rlexp import fallback
-from rlexp.fallback import fallback_name, merge_fallback
+from rlexp.presets import sources
+from rlexp.presets.fallbacks import fallback_name, merge_fallback
 from test_cli import rlexp
 
 FALLBACKS = sorted(p.name[:-5] for p in (importlib.resources.files("rlexp.conf") / "fallbacks").iterdir()
@@ -157,9 +157,9 @@ def test_own_keys_follow_the_defaults_in_hydras_order(tmp_path, monkeypatch, shi
                 return tmp_path / source / group / f"{name}.yaml", users
         return None, False
 
-    monkeypatch.setattr(fallback, "hydra_preset", hydra_preset)
-    monkeypatch.setattr(fallback, "shipped_file", lambda group, name: tmp_path / "shipped" / group / f"{name}.yaml")
-    assert fallback.own_keys("agent", "a") == expected
+    monkeypatch.setattr(sources, "hydra_preset", hydra_preset)
+    monkeypatch.setattr(sources, "shipped_file", lambda group, name: tmp_path / "shipped" / group / f"{name}.yaml")
+    assert sources.own_keys("agent", "a") == expected
 
 
 def test_fallback_null_is_none(tmp_path):

@@ -9,7 +9,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from rlexp import rendering
+from rlexp.envs import rendering
 from rlexp.errors import UserError
 
 HEADLESS = ("DISPLAY", "WAYLAND_DISPLAY", "MUJOCO_GL", "PYOPENGL_PLATFORM")
@@ -156,7 +156,7 @@ def test_the_probe_finds_a_backend_on_this_machine():
 def test_video_writer_keeps_every_frame_and_pads_odd_sizes(tmp_path):
     """moviepy 2.2 wrote 499 of 500 frames (and 5 of 6, 29 of 30 ...); an odd size is padded with its last
     row/column, which H.264's 4:2:0 colour needs."""
-    from rlexp.play import VideoWriter
+    from rlexp.envs.playback import VideoWriter
 
     for count, size in ((500, (64, 48)), (6, (33, 21))):
         writer = VideoWriter(tmp_path / f"v{count}.mp4", fps=30)
@@ -176,8 +176,7 @@ def test_recording_says_how_far_it_got_while_frames_render(tmp_path, monkeypatch
     import logging
 
     from rlexp import PPO, make_envs
-    from rlexp import play as playing
-
+    from rlexp.envs import playback as playing
     monkeypatch.setattr(playing, "PROGRESS_SECONDS", 0.0)
     envs = make_envs("CartPole-v1", n_envs=1, seed=0, render_mode="rgb_array", max_episode_steps=5)
     agent = PPO(envs, seed=0, n_steps=8, mini_batches=1)

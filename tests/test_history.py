@@ -1,7 +1,7 @@
 """History writer: parquet columns, atomic flush, truncation on resume."""
 import pandas as pd
 
-from rlexp.history import COLUMNS, History, plot_history
+from rlexp.runs.history import COLUMNS, History, plot_history
 
 
 def test_flush_and_load_truncates_after_checkpoint(tmp_path):

@@ -8,31 +8,31 @@ import pandas as pd
 import pytest
 
 from rlexp.errors import UserError
-from rlexp.history import History
+from rlexp.runs.history import History
 
 CHILD = """
 import sys
-from rlexp.quiet import KERAS_EXTRAS, import_tensorflow, skip_keras_extras
+from rlexp.runtime.quiet import KERAS_EXTRAS, import_tensorflow, skip_keras_extras
 
 skip_keras_extras()
 import_tensorflow()
-from rlexp.history import History
+from rlexp.runs.history import History
 
 history = History(sys.argv[1])
 history.append(1, 10, 0.5, 20.0, 20.0, 20.0)
 history.flush()
 print([name for name in KERAS_EXTRAS if name in sys.modules])
 import pandas  # refused only while Keras imports
-from rlexp.history import read_frame
+from rlexp.runs.history import read_frame
 print(read_frame(sys.argv[1])["step"].tolist())
 """
 
 THREADS = """
 import os, sys
 from pathlib import Path
-from rlexp.evaluation import Evaluator
-from rlexp.history import History
-from rlexp.plotting import load_run
+from rlexp.runs.evaluation import Evaluator
+from rlexp.runs.history import History
+from rlexp.analysis.plots import load_run
 from rlexp.sweep.scheduler import steps_on_disk
 
 run = Path(sys.argv[1])

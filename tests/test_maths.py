@@ -7,7 +7,7 @@ from rlexp.agents.on_policy import gae
 from rlexp.agents.on_policy import compute_gae
 from rlexp.agents.dqn import DQN, huber, q_targets
 from rlexp.buffers import ReplayBuffer
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 
 
 def gae_by_forward_sums(rewards, values, dones, last_values, gamma, lam):

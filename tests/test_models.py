@@ -5,7 +5,7 @@ import yaml
 from importlib import resources
 
 from rlexp.errors import UserError
-from rlexp.models import build_model
+from rlexp.models.networks import build_model
 
 
 def preset(name):

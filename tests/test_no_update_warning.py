@@ -10,7 +10,7 @@ from test_cli import TINY_PPO, rlexp
 from rlexp.agents import DQN, PPO, TD3
 from rlexp.buffers import ReplayBuffer
 from rlexp.commands.train import warn_if_no_update
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 
 
 def ppo():

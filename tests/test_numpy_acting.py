@@ -4,10 +4,10 @@ import pytest
 import tensorflow as tf
 
 from rlexp.agents import A2C, PPO, TRPO
-from rlexp.envs import make_envs
-from rlexp.graph_envs import NUMPY
-from rlexp.models import build_model
-from rlexp.numpy_models import ACTIVATIONS, NumpyModel
+from rlexp.envs.make import make_envs
+from rlexp.envs.graph import NUMPY
+from rlexp.models.networks import build_model
+from rlexp.models.numpy_mirror import ACTIVATIONS, NumpyModel
 
 
 @pytest.mark.parametrize("activation", sorted(ACTIVATIONS))

@@ -6,7 +6,7 @@ import pytest
 
 from rlexp.agents import DDPG, DQN, TD3, OffPolicyAgent
 from rlexp.buffers import ReplayBuffer
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 
 RUNS = {  # name: (agent, env steps, sum of |weights| per model in models() order, before the move)
     "dqn-numpy-acting": (lambda: DQN(make_envs("CartPole-v1", n_envs=1, seed=0), model="mlp", buffer=ReplayBuffer(2000, 100, 32),

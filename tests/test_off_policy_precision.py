@@ -10,7 +10,7 @@ from rlexp import build
 from rlexp.agents import DDPG, DQN, NAF, PPO, SAC, TD3
 from rlexp.agents.base import precision_policy
 from rlexp.buffers import ReplayBuffer
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 from rlexp.errors import UserError
 
 CASES = [(DQN, "CartPole-v1", {}), (DDPG, "Pendulum-v1", {}), (TD3, "Pendulum-v1", {}), (SAC, "Pendulum-v1", {}),

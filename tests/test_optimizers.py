@@ -4,7 +4,7 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
-from rlexp.optimizers import FusedAdam, FusedRMSprop
+from rlexp.models.optimizers import FusedAdam, FusedRMSprop
 
 
 @pytest.mark.parametrize("keras_cls, fused_cls, kwargs", [

@@ -9,7 +9,8 @@ import numpy as np
 import pytest
 from omegaconf import OmegaConf
 
-from rlexp import memory
+from rlexp.checks import memory
+from rlexp.envs import copies
 from rlexp.errors import UserError
 
 CARTPOLE_OBS = gym.spaces.Box(-np.inf, np.inf, (4,), np.float32)
@@ -37,7 +38,7 @@ def config_with_env(**env):
     ("vectorization", "fast", "env.vectorization='fast' must be one of auto, sync, async, vector, graph, envpool"),
 ])
 def test_env_settings_are_refused_by_name(key, value, message):
-    from rlexp.checks import check_settings
+    from rlexp.checks.values import check_settings
 
     with pytest.raises(UserError) as error:
         check_settings(config_with_env(**{key: value}))
@@ -52,7 +53,7 @@ def test_env_settings_are_refused_by_name(key, value, message):
     (1.5, "seed=1.5 must be an integer"),
 ])
 def test_seeds_outside_numpys_range_are_refused(seed, message):
-    from rlexp.checks import check_settings
+    from rlexp.checks.values import check_settings
 
     cfg = config_with_env()
     cfg.seed = seed
@@ -62,7 +63,7 @@ def test_seeds_outside_numpys_range_are_refused(seed, message):
 
 
 def test_valid_env_settings_and_the_largest_seed_pass():
-    from rlexp.checks import check_seed, check_settings
+    from rlexp.checks.values import check_seed, check_settings
 
     check_settings(config_with_env(n_envs=16, max_episode_steps=None, preprocess=True))
     assert check_seed(2**32 - 1) == 4294967295 and check_seed("12") == 12 and check_seed(None) is None
@@ -178,17 +179,17 @@ def test_replay_storage_is_estimated_per_buffer_with_frames_stored_once():
 
 def test_env_copies_beyond_memory_are_refused_and_far_beyond_the_cpus_warned(monkeypatch, caplog):
     monkeypatch.setattr(memory, "available_memory", lambda: 1 << 30)
-    monkeypatch.setattr(memory, "cpu_count", lambda: 2)
+    monkeypatch.setattr(copies, "cpu_count", lambda: 2)
     with pytest.raises(UserError) as error:
-        memory.check_env_copies("Acrobot-v1", 10**6, "sync")
+        copies.check_env_copies("Acrobot-v1", 10**6, "sync")
     assert str(error.value) == ("env.n_envs=1000000: the run needs about 3.8 GiB of memory (env copies 3.8 GiB: "
                                 "1,000,000 x 4.0 KiB), more than the 1.0 GiB available; lower env.n_envs")
-    memory.check_env_copies("CartPole-v1", 10**6, "graph")  # one batched env: no copies
+    copies.check_env_copies("CartPole-v1", 10**6, "graph")  # one batched env: no copies
     with caplog.at_level(logging.WARNING, logger="rlexp"):
-        memory.check_env_copies("Acrobot-v1", 128, "sync")
+        copies.check_env_copies("Acrobot-v1", 128, "sync")
         assert not caplog.records  # 64 a CPU
-        memory.check_env_copies("Acrobot-v1", 130, "sync")
-        memory.check_env_copies("Acrobot-v1", 9, "async")
+        copies.check_env_copies("Acrobot-v1", 130, "sync")
+        copies.check_env_copies("Acrobot-v1", 9, "async")
     first, second = (r.getMessage() for r in caplog.records)
     assert first.startswith("warning: env.n_envs=130 env copies for 2 CPUs (65 a CPU) are made and stepped one "
                             "after another")
@@ -232,8 +233,8 @@ def test_runs_too_large_for_the_memory_are_refused_before_they_start(tmp_path, a
 # ----- output folders -------------------------------------------------------------------------------------
 def test_output_folders_that_permission_bits_call_writable_are_tried():
     """/proc passes os.access for root, but nothing can be made in it: the check makes (and removes) a folder."""
-    from rlexp.files import check_writable
-    from rlexp.play import check_writable_dir
+    from rlexp.runs.files import check_writable
+    from rlexp.envs.playback import check_writable_dir
 
     with pytest.raises(UserError, match=r"^run_dir=/proc/r: /proc (is not writable|can't hold a new directory \()"):
         check_writable(Path("/proc/r"), "run_dir=/proc/r")
@@ -242,7 +243,7 @@ def test_output_folders_that_permission_bits_call_writable_are_tried():
 
 
 def test_a_run_dir_that_cannot_be_written_is_refused_before_the_run(tmp_path):
-    from rlexp.files import check_writable
+    from rlexp.runs.files import check_writable
 
     check_writable(tmp_path / "outputs" / "r", "run_dir=outputs/r")
     assert list(tmp_path.iterdir()) == []  # the trial folder is gone again

@@ -6,7 +6,7 @@ import tensorflow as tf
 from rlexp.agents import DQN
 from rlexp.agents.dqn import q_targets
 from rlexp.buffers import PrioritizedReplayBuffer
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 from test_cli import rlexp, run_dirs
 
 

@@ -12,9 +12,10 @@ import tensorflow as tf
 
 from rlexp.agents import A2C, DQN, PPO, TRPO, VPG
 from rlexp.agents import distributions as D
-from rlexp.envs import make_envs, observation_parts
+from rlexp.envs.make import make_envs
+from rlexp.envs.spaces import observation_parts
 from rlexp.errors import UserError
-from rlexp.models import build_model
+from rlexp.models.networks import build_model
 
 sys.path.insert(0, str(Path(__file__).parent))
 import space_envs  # noqa: E402,F401  (registers the Spaces-* envs)
@@ -298,19 +299,19 @@ def test_mixed_precision_is_refused_where_unsupported():
 # ----- env wrappers ------------------------------------------------------------------------------
 def test_mask_velocity_zeroes_exactly_the_velocity_entries():
     plain = make_envs("CartPole-v1", 1, seed=3, vectorization="sync")
-    masked = make_envs("CartPole-v1", 1, seed=3, wrappers=[{"_target_": "rlexp.wrappers.MaskVelocity"}])
+    masked = make_envs("CartPole-v1", 1, seed=3, wrappers=[{"_target_": "rlexp.envs.wrappers.MaskVelocity"}])
     a, _ = plain.reset(seed=3)
     b, _ = masked.reset(seed=3)
     np.testing.assert_array_equal(b, a * np.array([1, 0, 1, 0], np.float32))
-    pend = make_envs("Pendulum-v1", 1, seed=0, wrappers=[{"_target_": "rlexp.wrappers.MaskVelocity"}])
+    pend = make_envs("Pendulum-v1", 1, seed=0, wrappers=[{"_target_": "rlexp.envs.wrappers.MaskVelocity"}])
     assert pend.reset(seed=0)[0][0, 2] == 0.0
-    explicit = make_envs("CartPole-v1", 1, seed=3, wrappers=[{"_target_": "rlexp.wrappers.MaskVelocity",
+    explicit = make_envs("CartPole-v1", 1, seed=3, wrappers=[{"_target_": "rlexp.envs.wrappers.MaskVelocity",
                                                                "indices": [0]}])
     np.testing.assert_array_equal(explicit.reset(seed=3)[0], a * np.array([0, 1, 1, 1], np.float32))
 
 
 def test_wrappers_outside_the_allow_list_and_unknown_modules_are_one_line():
-    with pytest.raises(UserError, match="must be a gymnasium.wrappers or rlexp.wrappers class"):
+    with pytest.raises(UserError, match="must be a gymnasium.wrappers or rlexp.envs.wrappers class"):
         make_envs("CartPole-v1", 1, wrappers=[{"_target_": "os.system"}])
     with pytest.raises(UserError, match="env.imports: module 'no_such_pkg' can't be imported"):
         make_envs("CartPole-v1", 1, imports=["no_such_pkg"])

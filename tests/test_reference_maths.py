@@ -16,8 +16,8 @@ from rlexp.agents.dqn import DQN
 from rlexp.agents.ppo import PPO
 from rlexp.agents.td3 import TD3
 from rlexp.buffers import ReplayBuffer
-from rlexp.envs import make_envs
-from rlexp.normalize import Normalizer
+from rlexp.envs.make import make_envs
+from rlexp.envs.normalize import Normalizer
 
 TINY = {"layers": [{"type": "dense", "units": 8, "activation": "tanh"}, {"type": "dense", "output": True}]}
 RNG = np.random.default_rng

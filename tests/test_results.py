@@ -15,7 +15,7 @@ import pytest
 from test_cli import TINY_PPO, rlexp, run_dirs
 
 from rlexp.agents import PPO
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 
 FINAL = re.compile(r"^(done|already finished) \((\w+)\): ([\d,]+) steps in ([\d.]+) s \(([\d,]+) steps/s\) \| "
                    r"eval (-?[\d.]+) ± [\d.]+ over (\d+) episodes", re.M)
@@ -99,7 +99,7 @@ def test_a_final_evaluation_before_the_last_episodes_is_not_the_score(tmp_path):
 
     from test_seed_statistics import fake_run
 
-    from rlexp.plotting import load_run
+    from rlexp.analysis.plots import load_run
 
     run = fake_run(tmp_path, "a", 1e-3, 0, [100, 2000, 3000], [10.0, 20.0, 30.0])
     (run / "summary.json").write_text(json.dumps({"final_eval": {"step": 2000, "mean_return": 99.0, "episodes": 5}}))
@@ -171,8 +171,8 @@ def test_tensorboard_rewrite_drops_later_scalars_duplicates_and_a_torn_record(tm
     in half a record. Resuming at step 4 keeps each scalar up to step 4 once and the history's episodes."""
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from rlexp.history import History
-    from rlexp.tracking import TensorBoard
+    from rlexp.runs.history import History
+    from rlexp.runs.tracking import TensorBoard
 
     for _ in range(2):
         tb = TensorBoard(tmp_path)
@@ -201,8 +201,8 @@ def test_tensorboard_rewrite_sorts_before_the_file_the_resumed_writer_opens(tmp_
 
     from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
-    from rlexp.history import History
-    from rlexp.tracking import TensorBoard
+    from rlexp.runs.history import History
+    from rlexp.runs.tracking import TensorBoard
 
     now = 1_700_000_000.25
     monkeypatch.setattr(time, "time", lambda: now)

@@ -7,7 +7,7 @@ import pytest
 from rlexp.agents import A2C, DQN, PPO, TD3
 from rlexp.agents.base import TrainingDiverged
 from rlexp.buffers import ReplayBuffer
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 
 
 def dqn(**kwargs):
@@ -111,7 +111,7 @@ def test_gsde_weights_load_into_a_one_env_player(tmp_path):
 def test_run_configs_from_before_a_key_keep_the_behaviour_they_had():
     from omegaconf import OmegaConf
 
-    from rlexp.rundirs import with_legacy_defaults
+    from rlexp.runs.dirs import with_legacy_defaults
 
     old = with_legacy_defaults(OmegaConf.create({"env": {"id": "PongNoFrameskip-v4"}, "run": {"max_steps": 10}}))
     assert old.env.life_loss_terminal is False and old.run.eval_deterministic is True

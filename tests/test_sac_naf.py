@@ -9,7 +9,7 @@ from rlexp.agents import NAF, SAC
 from rlexp.agents.naf import advantage, lower_triangular
 from rlexp.agents.sac import squashed_gaussian
 from rlexp.buffers import ReplayBuffer
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 
 
 def test_squashed_log_prob_is_the_density_of_tanh_of_a_gaussian():

@@ -1,4 +1,4 @@
-"""Seed statistics: rlexp.stats against direct NumPy/SciPy formulations, the sweep objectives on hand-computed
+"""Seed statistics: rlexp.analysis.stats against direct NumPy/SciPy formulations, the sweep objectives on hand-computed
 curves, and mode=plot's grouping of seeds on fabricated runs."""
 import itertools
 
@@ -8,8 +8,8 @@ import pytest
 import yaml
 from scipy import stats as scipy_stats
 
-from rlexp.plotting import band, curves, group_runs, load_run, statistics, step_grid
-from rlexp.stats import interval_estimates, iqm, pointwise_interval, probability_of_improvement
+from rlexp.analysis.plots import band, curves, group_runs, load_run, statistics, step_grid
+from rlexp.analysis.stats import interval_estimates, iqm, pointwise_interval, probability_of_improvement
 from rlexp.sweep import curve_objectives
 
 

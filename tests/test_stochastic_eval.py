@@ -6,7 +6,7 @@ import tensorflow as tf
 
 from rlexp.agents import DQN, PPO, SAC, TD3
 from rlexp.build import resolve_eval_deterministic
-from rlexp.envs import make_envs
+from rlexp.envs.make import make_envs
 
 ROWS = 4000  # binomial std of a fraction near 0.8: 0.0063
 

@@ -283,8 +283,8 @@ def test_the_portfolio_takes_your_presets_first_then_the_nearest_training_length
     first whatever its length; then |log(steps / 1e6)|: 5e5 (0.69) before 4e5 (0.92) before 3e6 (1.10). A
     candidate keeps its unsearched values only where they differ from the pair's (gamma 0.99 goes, 0.9 stays); one
     that trains the pair's own values (lr 7e-4 and gamma 0.99: trial 0), or an earlier candidate's, is skipped."""
-    import rlexp.portfolio as portfolio
-    from rlexp.portfolio import Candidate
+    import rlexp.presets.portfolio as portfolio
+    from rlexp.presets.portfolio import Candidate
 
     found = [Candidate("a2c_far", False, 10_000, {"agent.lr": 1.0}),
              Candidate("a2c_long", False, 3_000_000, {"agent.lr": 2.0, "agent.gamma": 0.9}),
@@ -308,8 +308,8 @@ def test_a_preset_of_the_same_task_with_the_other_actions_comes_before_the_neare
     """LunarLanderContinuous-v3 (1e6 steps) with candidates ppo_hopper (1e6 steps: distance 0) and ppo_lunarlander
     (the same task with discrete actions, 1e6 steps too, after ppo_hopper by name alone): the same task first; your
     own preset still before both."""
-    import rlexp.portfolio as portfolio
-    from rlexp.portfolio import Candidate
+    import rlexp.presets.portfolio as portfolio
+    from rlexp.presets.portfolio import Candidate
 
     found = [Candidate("ppo_hopper", False, 1_000_000, {"agent.lr": 1.0}),
              Candidate("ppo_lunarlander", False, 1_000_000, {"agent.lr": 2.0}, same_task=True),
@@ -325,7 +325,7 @@ def test_a_preset_of_the_same_task_with_the_other_actions_comes_before_the_neare
     ("MountainCarContinuous-v0", "MountainCar"), ("Hopper-v5", "Hopper"), ("ALE/Pong-v5", "Pong"),
     ("my_pkg:Corridor-v12", "my_pkg:Corridor")])
 def test_an_env_family_is_the_id_without_namespace_version_and_continuous(env_id, family):
-    from rlexp.portfolio import env_family
+    from rlexp.presets.portfolio import env_family
 
     assert env_family(env_id) == family
 

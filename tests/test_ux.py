@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from rlexp.errors import UserError
-from rlexp import files
+from rlexp.runs import files
 from rlexp.commands.init import PRESET_GROUPS
-from rlexp.files import write_atomic
+from rlexp.runs.files import write_atomic
 
 TESTS = Path(__file__).parent
 TINY = ["run.max_steps=256", "run.eval_episodes=1", "agent.n_steps=32", "env.n_envs=2"]
@@ -80,7 +80,7 @@ def test_python_play_on_envs_without_frames_raises_and_makes_no_folder(tmp_path)
 
 
 def test_play_checks_directories_without_creating_them(tmp_path):
-    from rlexp.play import check_writable_dir
+    from rlexp.envs.playback import check_writable_dir
 
     assert check_writable_dir(tmp_path / "x/y", "video_dir") == tmp_path / "x/y"
     assert list(tmp_path.iterdir()) == []
@@ -159,7 +159,7 @@ def rendered_bar(monkeypatch, width: int) -> list[str]:
     import rich
     from rich.console import Console
 
-    from rlexp.progress import Progress
+    from rlexp.runs.progress import Progress
 
     console = Console(file=io.StringIO(), width=width, force_terminal=True, color_system=None)
     monkeypatch.setattr(rich, "_console", console)
@@ -188,7 +188,7 @@ def test_progress_bar_shows_every_field_on_a_wide_terminal(monkeypatch):
 def test_runs_that_picked_the_same_dir_name_in_one_second_each_claim_their_own(tmp_path):
     """Two runs started in the same second pick the same outputs/<date>/<time>_<agent>_<env> before either has
     made it; making it is the claim, so the second gets <name>_1 (and a third <name>_2), never the first's dir."""
-    from rlexp.rundirs import claim_run_dir
+    from rlexp.runs.dirs import claim_run_dir
 
     picked = tmp_path / "outputs" / "2026-11-25" / "14-10-48_ppo_HalfCheetah-v5"
     assert [claim_run_dir(picked) for _ in range(3)] == [picked, picked.with_name(picked.name + "_1"),
@@ -199,8 +199,7 @@ def test_runs_that_picked_the_same_dir_name_in_one_second_each_claim_their_own(t
 def test_a_resumed_runs_first_progress_line_counts_its_own_steps_after_new_episodes(monkeypatch, caplog):
     """Resumed at step 10,000 after 50 episodes: no line at 5 new episodes (log_frequency 10), then at 60 episodes
     and step 10,600 after 2 s, 600 steps / 2 s = 300 steps/s (not 10,600 / 2 s, nor one iteration's rate)."""
-    from rlexp import progress
-
+    from rlexp.runs import progress
     clock = iter([100.0, 102.0, 103.0])  # the start, then each line
     monkeypatch.setattr(progress.time, "perf_counter", lambda: next(clock))
     bar = progress.Progress(20_000, mode="log", log_frequency=10, initial_steps=10_000, initial_episodes=50)

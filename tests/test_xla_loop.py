@@ -9,12 +9,12 @@ import pytest
 import tensorflow as tf
 
 from rlexp.agents import PPO, TD3, TRPO
-from rlexp.compile_cache import FLAG, cache_dir, configure_compile_cache, prune
-from rlexp.envs import make_envs
+from rlexp.runtime.compile_cache import FLAG, cache_dir, configure_compile_cache, prune
+from rlexp.envs.make import make_envs
 from rlexp.errors import UserError
-from rlexp.graph_envs import GraphVectorEnv
+from rlexp.envs.graph import GraphVectorEnv
 
-TINY = {"_target_": "rlexp.models.MLP", "units": [16]}
+TINY = {"_target_": "rlexp.models.networks.MLP", "units": [16]}
 
 
 def ppo(env_id="CartPole-v1", n_envs=4, **kwargs):

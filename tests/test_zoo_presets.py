@@ -23,7 +23,7 @@ def composed(agent, env):
     """The config a run of agent=<agent> env=<env> trains: composed, then its RL Zoo row and tuned preset merged."""
     from hydra.core.hydra_config import HydraConfig
 
-    from rlexp.fallback import apply_fallback
+    from rlexp.presets.fallbacks import apply_fallback
 
     overrides = [f"agent={agent}", f"env={env}"]
     with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):

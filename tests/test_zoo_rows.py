@@ -10,8 +10,8 @@ import pytest
 import yaml
 
 from rlexp.errors import UserError
-from rlexp.zoo import ZooRow, ZooRowError, find_row, translate
-from rlexp.zoo.rows import literal_dict, row_name
+from rlexp.presets.zoo import ZooRow, ZooRowError, find_row, translate
+from rlexp.presets.zoo.rows import literal_dict, row_name
 
 
 def shipped(algo, key):
@@ -197,7 +197,7 @@ def resolved(*overrides):
     from hydra import compose, initialize_config_module
     from hydra.core.hydra_config import HydraConfig
 
-    from rlexp.fallback import apply_fallback
+    from rlexp.presets.fallbacks import apply_fallback
 
     with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
         cfg = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)

@@ -17,7 +17,7 @@ log = logging.getLogger("rlexp")
 def setup_tensorflow(cfg: DictConfig) -> None:
     """Quiet TensorFlow, seeded and deterministic. Its thread pools are set in `configure_threads`, once the
     envs say whether observations are images."""
-    from rlexp.quiet import import_tensorflow
+    from rlexp.runtime.quiet import import_tensorflow
 
     import_tensorflow()
     import keras
@@ -57,7 +57,7 @@ def configure_threads(run: Any, image_obs: bool) -> None:
     """Set TensorFlow's thread pools (before its first op). Once TensorFlow runs in this process (a sweep's
     earlier trial run in-process, or the Python API) its pools stay as they are: a warning names each count
     that could not apply and the one in effect."""
-    from rlexp.quiet import import_tensorflow
+    from rlexp.runtime.quiet import import_tensorflow
 
     import_tensorflow(start=False)  # quietly, its symbols private, if this is the first import (a script's)
     import tensorflow as tf
@@ -91,7 +91,7 @@ def agent_class(target: str) -> type:
 def check_pairing(cls: type, envs: Any, env_id: str) -> None:
     """One line when the agent can't act in the env's action space, naming the agents that can."""
     from rlexp.agents import AGENTS
-    from rlexp.envs import space_kind
+    from rlexp.envs.spaces import space_kind
 
     kind = space_kind(envs.single_action_space)
     if kind not in cls.action_spaces:
@@ -177,11 +177,12 @@ PROBE_ABOVE = 64  # env.n_envs beyond which the run's memory is checked on one p
 
 
 def check_memory_first(cfg: DictConfig, cls: type, buffer: Any, model: Mapping[str, Any]) -> None:
-    """The run's memory needs (rlexp.memory) from the spaces of one probe env, before env.n_envs envs are made
+    """The run's memory needs (rlexp.checks.memory) from the spaces of one probe env, before env.n_envs envs are made
     (the agent checks them again once built): a run too large for the machine is refused without making a
     million env copies first."""
-    from rlexp.envs import env_from_config, is_image
-    from rlexp.memory import check_fits
+    from rlexp.envs.make import env_from_config
+    from rlexp.envs.spaces import is_image
+    from rlexp.checks.memory import check_fits
 
     probe = env_from_config(cfg.env, cfg.seed, n_envs=1, vectorization="sync")
     try:
@@ -195,8 +196,8 @@ def check_memory_first(cfg: DictConfig, cls: type, buffer: Any, model: Mapping[s
 
 def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None):
     """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class)."""
-    from rlexp.envs import env_from_config
-    from rlexp.models import is_recurrent
+    from rlexp.envs.make import env_from_config
+    from rlexp.models.networks import is_recurrent
 
     cls = agent_class(cfg.agent._target_)
     check_types("agent", {k: v for k, v in cfg.agent.items() if k != "_target_"}, cls)
@@ -219,7 +220,7 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
         check_memory_first(cfg, cls, buffer, model)
     envs = env_from_config(cfg.env, cfg.seed, **overrides)
     check_pairing(cls, envs, cfg.env.id)
-    from rlexp.envs import is_image
+    from rlexp.envs.spaces import is_image
 
     image_obs = is_image(envs.single_observation_space)
     configure_threads(cfg.run, image_obs)
@@ -278,7 +279,7 @@ def resolve_eval_deterministic(setting: bool | str, env_id: str) -> bool:
     games, the deterministic policy everywhere else."""
     if setting != "auto":
         return bool(setting)
-    from rlexp.envs import is_atari
+    from rlexp.envs.spaces import is_atari
 
     return not is_atari(env_id)
 

@@ -21,8 +21,8 @@ from rlexp.commands.play import play_or_eval
 from rlexp.commands.plot import plot_runs
 from rlexp.commands.train import train
 from rlexp.errors import RunFailed, Started, TrialFailed, UserError
-from rlexp.quiet import quiet_libraries, skip_keras_extras
-from rlexp.rundirs import in_sweep
+from rlexp.runtime.quiet import quiet_libraries, skip_keras_extras
+from rlexp.runs.dirs import in_sweep
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported (lazily, in the task)
 
@@ -43,7 +43,7 @@ if HYDRA_14:  # rlexp's logging config names its own filter class: Hydra 1.4 run
 def main(cfg: DictConfig) -> float:
     """Compose the config, dispatch `mode`, return the objective (mean evaluation return)."""
     gc.disable()  # until `startup_done`: importing TensorFlow and building the agent only allocate
-    from rlexp.compile_cache import configure_compile_cache
+    from rlexp.runtime.compile_cache import configure_compile_cache
 
     configure_compile_cache(cfg.get("run", {}).get("compile_cache", "auto"))  # before TensorFlow starts
     from rlexp.agents.base import TrainingDiverged
@@ -52,7 +52,7 @@ def main(cfg: DictConfig) -> float:
     try:
         if cfg.mode not in MODES:
             raise UserError(f"mode={cfg.mode} is unknown; use one of {', '.join(MODES)}")
-        from rlexp.checks import check_command, check_settings
+        from rlexp.checks.values import check_command, check_settings
 
         check_command(cfg)
         check_settings(cfg)
@@ -72,7 +72,7 @@ def main(cfg: DictConfig) -> float:
         gc.unfreeze()
         gc.enable()
         if not in_sweep():
-            from rlexp.rundirs import drop_empty_hydra_run_dir
+            from rlexp.runs.dirs import drop_empty_hydra_run_dir
 
             drop_empty_hydra_run_dir()
 
@@ -199,7 +199,7 @@ def cli() -> None:
     run_and_report = getattr(hydra_utils, "run_and_report", None)
     if callable(run_and_report) and not isinstance(run_and_report, functools.partial):  # once per process
         hydra_utils.run_and_report = functools.partial(report_input_errors, run_and_report)
-    from rlexp.cli_help import list_groups_by_use
+    from rlexp.presets.groups import list_groups_by_use
 
     list_groups_by_use()
     from hydra._internal.config_loader_impl import ConfigLoaderImpl

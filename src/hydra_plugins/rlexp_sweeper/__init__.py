@@ -321,7 +321,7 @@ class RlexpLocalLauncher(Launcher):
     def launch(self, job_overrides, initial_job_idx: int) -> List[JobReturn]:
         from pathlib import Path
 
-        from rlexp.launch import run_jobs
+        from rlexp.runtime.launch import run_jobs
 
         sweep_dir = Path(str(self.config.hydra.sweep.dir))
         sweep_dir.mkdir(parents=True, exist_ok=True)

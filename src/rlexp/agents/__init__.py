@@ -1,6 +1,6 @@
 """Algorithms: what every agent shares is in `base`, each family's machinery in `on_policy` and `off_policy`;
 one file per algorithm."""
-from rlexp.quiet import import_tensorflow
+from rlexp.runtime.quiet import import_tensorflow
 
 import_tensorflow()  # before the agents' modules import it: TensorFlow without its start-up noise
 from rlexp.agents.a2c import A2C  # noqa: E402

@@ -95,7 +95,7 @@ class DQfD(DQN):
     def _load_demos(self):
         """The demonstrations, loaded (and put into a prioritized buffer) on the first call."""
         if not hasattr(self, "_demos"):
-            from rlexp.demos import env_id_of, load_demonstrations
+            from rlexp.envs.demos import env_id_of, load_demonstrations
 
             self._demos = load_demonstrations(self.demos_path, env_id_of(self.envs), self.observation_space,
                                               self.action_space, self.gamma, self.n_step, self.demo_memory_capacity)

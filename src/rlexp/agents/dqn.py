@@ -74,7 +74,7 @@ class DQN(OffPolicyAgent):
         self.optimizer = self.make_optimizer()
         self.optimizer.build(self.model.trainable_variables)
         self._collect_fn = tf.function(self._collect)
-        from rlexp.numpy_models import NumpyModel
+        from rlexp.models.numpy_mirror import NumpyModel
 
         self._mirror = NumpyModel.mirror(self.model) if self.numpy_acting else None
         self._draws_fn = tf.function(self._exploration_noise)

@@ -16,7 +16,7 @@ import tensorflow as tf
 
 from rlexp.agents.base import Agent
 from rlexp.agents.distributions import no_autograph
-from rlexp.envs import space_kind
+from rlexp.envs.spaces import space_kind
 from rlexp.errors import UserError
 
 

@@ -7,7 +7,7 @@ import numpy as np
 
 from rlexp.buffers.replay import _check_sizes
 from rlexp.errors import UserError
-from rlexp.memory import Need, space_bytes
+from rlexp.checks.memory import Need, space_bytes
 
 
 class FrameBuffer:

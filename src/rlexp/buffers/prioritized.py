@@ -10,7 +10,7 @@ import numpy as np
 from rlexp.buffers.replay import NStepReplayBuffer, ReplayBuffer
 from rlexp.buffers.sumtree import SumTree
 from rlexp.errors import UserError
-from rlexp.memory import Need, human
+from rlexp.checks.memory import Need, human
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):
@@ -161,7 +161,7 @@ class PrioritizedNStepReplayBuffer(PrioritizedReplayBuffer, NStepReplayBuffer):
         self.demos = None
 
     def attach_demonstrations(self, demos) -> None:
-        """Hold `demos` (rlexp.demos.Demonstrations) as the first leaves, at their loaded priorities if a
+        """Hold `demos` (rlexp.envs.demos.Demonstrations) as the first leaves, at their loaded priorities if a
         checkpoint held as many, else at the largest priority."""
         own = self.tree.leaves(self.offset + np.arange(self.size))
         head, self._pending_head = self._pending_head, None

@@ -7,14 +7,14 @@ from typing import Any
 import numpy as np
 
 from rlexp.errors import UserError
-from rlexp.memory import Need, space_bytes
+from rlexp.checks.memory import Need, space_bytes
 
 
 def _check_sizes(max_size: int, initial_size: int | None, batch_size: int) -> tuple[int, int, int]:
     """(max_size, transitions needed before `ready`, batch_size) as ints; the second is `initial_size` (None:
     batch_size), at least 1. A smaller initial_size than batch_size is SB3's learning_starts: batches are drawn
     with replacement from what is held."""
-    from rlexp.checks import whole
+    from rlexp.checks.values import whole
 
     max_size, batch_size = whole("buffer.max_size", max_size, 1), whole("buffer.batch_size", batch_size, 1)
     initial = batch_size if initial_size is None else whole("buffer.initial_size", initial_size, 0)

@@ -6,7 +6,7 @@ from typing import Any
 import numpy as np
 
 from rlexp.errors import UserError
-from rlexp.memory import Need, human, space_bytes
+from rlexp.checks.memory import Need, human, space_bytes
 
 
 class RolloutBuffer:
@@ -22,7 +22,7 @@ class RolloutBuffer:
     KEYS = ("obs", "actions", "rewards", "dones", "mu")
 
     def __init__(self, max_size: int = 50000, initial_size: int | None = None, batch_size: int = 1) -> None:
-        from rlexp.checks import whole
+        from rlexp.checks.values import whole
 
         self.max_size, self.batch_size = whole("buffer.max_size", max_size, 1), whole("buffer.batch_size", batch_size, 1)
         self.initial_size = 0 if initial_size is None else whole("buffer.initial_size", initial_size, 0)

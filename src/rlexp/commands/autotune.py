@@ -21,12 +21,12 @@ from hydra.core.override_parser.overrides_parser import OverridesParser
 from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf
 
-from rlexp.checks import _number, _one_of
+from rlexp.checks.values import _number, _one_of
 from rlexp.errors import UserError
-from rlexp.fallback import hydra_preset, parent_preset, preset_exists
-from rlexp.files import check_writable, write_atomic
-from rlexp.portfolio import portfolio
-from rlexp.rundirs import GENERIC_ENV, absolute, choices, env_display_name, in_sweep, original_cwd
+from rlexp.presets.sources import hydra_preset, parent_preset, preset_exists
+from rlexp.runs.files import check_writable, write_atomic
+from rlexp.presets.portfolio import portfolio
+from rlexp.runs.dirs import GENERIC_ENV, absolute, choices, env_display_name, in_sweep, original_cwd
 from rlexp.sweep.report import FOR_AUTOTUNE
 
 log = logging.getLogger("rlexp")
@@ -42,7 +42,7 @@ class Budget:
     in all. Successive halving compares trials at `rungs` lengths, `eval_interval` x 1, 3, 9, ... env steps up
     to `trial_steps`, each an evaluation of `eval_episodes` episodes (greedy or sampled actions:
     `eval_deterministic`, as run.eval_deterministic); a third of a rung's trials go on to the next. Trials 1 to
-    `portfolio` train the agent's tuned presets for other envs of the kind (rlexp.portfolio)."""
+    `portfolio` train the agent's tuned presets for other envs of the kind (rlexp.presets.portfolio)."""
 
     budget: float
     max_steps: int
@@ -194,7 +194,7 @@ def pair_max_steps(trial_cfg: DictConfig, overrides: Overrides) -> int:
         return int(float(trial_cfg.run.max_steps))
     from hydra import compose
 
-    from rlexp.fallback import apply_fallback
+    from rlexp.presets.fallbacks import apply_fallback
     task = [o for o in HydraConfig.get().overrides.task if not o.lstrip("+").startswith(("sweep=", "mode="))]
     pair = compose(config_name=HydraConfig.get().job.config_name, overrides=task, return_hydra_config=True)
     return int(float(apply_fallback(pair, choices(), task)[0].run.max_steps))
@@ -204,9 +204,9 @@ def check_pair(cfg: DictConfig) -> DictConfig:
     """The trials' configuration (with the fallback's values where the pair is untuned), checked as a training
     run checks it, so that a bad value or env id is one line before the study, not a failure in every trial."""
     from rlexp.build import agent_class, check_types
-    from rlexp.checks import check_presets
-    from rlexp.fallback import apply_fallback
-    from rlexp.rundirs import task_overrides
+    from rlexp.presets.complete import check_presets
+    from rlexp.presets.fallbacks import apply_fallback
+    from rlexp.runs.dirs import task_overrides
 
     check_presets(cfg, choices())
     trial_cfg, _ = apply_fallback(cfg, choices(), task_overrides())
@@ -290,7 +290,7 @@ def portfolio_size(budget: Budget, overrides: Overrides) -> int:
 
 def pair_kind(cfg: DictConfig) -> str:
     """<actions>_<observations> of the pair's env (discrete_vector, continuous_image, ...)."""
-    from rlexp.fallback import env_kind
+    from rlexp.presets.fallbacks import env_kind
 
     return env_kind(cfg.env, int(cfg.seed))
 

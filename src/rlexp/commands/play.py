@@ -8,10 +8,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
-from rlexp.checkpoints import DamagedCheckpoint
-from rlexp.evaluation import deterministic_eval, eval_kind, evaluate, mean_std
+from rlexp.runs.checkpoints import DamagedCheckpoint
+from rlexp.runs.evaluation import deterministic_eval, eval_kind, evaluate, mean_std
 from rlexp.errors import UserError
-from rlexp.rundirs import absolute, find_checkpoint, stored_config
+from rlexp.runs.dirs import absolute, find_checkpoint, stored_config
 
 log = logging.getLogger("rlexp")
 
@@ -36,13 +36,13 @@ def play_or_eval(cfg: DictConfig) -> float:
 
 
 def _play_or_eval(cfg: DictConfig, ckpt: Path) -> float:
-    from rlexp.play import check_writable_dir, play
+    from rlexp.envs.playback import check_writable_dir, play
 
     run_cfg = stored_config(ckpt, cfg)
     render_mode, option = play_render_mode(cfg)
     if render_mode:  # fail before loading anything, and before making any directory
-        from rlexp.play import check_render_mode
-        from rlexp.rendering import offscreen_rendering
+        from rlexp.envs.playback import check_render_mode
+        from rlexp.envs.rendering import offscreen_rendering
 
         offscreen_rendering(render_mode)  # before the env's module imports MuJoCo
 
@@ -51,7 +51,7 @@ def _play_or_eval(cfg: DictConfig, ckpt: Path) -> float:
         if cfg.get(key):
             check_writable_dir(cfg[key], key)
     if cfg.get("demo_dir"):
-        from rlexp.demos import DATASET_ID
+        from rlexp.envs.demos import DATASET_ID
 
         if (Path(cfg.demo_dir).expanduser() / DATASET_ID).exists():
             raise UserError(f"+demo_dir={cfg.demo_dir} holds demonstrations already; pick a new directory")
@@ -81,7 +81,7 @@ def _play_or_eval(cfg: DictConfig, ckpt: Path) -> float:
     name = ckpt.parent.parent.name
     recorder = None
     if cfg.get("demo_dir"):
-        from rlexp.demos import DemoRecorder
+        from rlexp.envs.demos import DemoRecorder
 
         recorder = DemoRecorder()
     returns = play(agent, agent.envs, episodes=int(cfg.play.episodes), video_dir=cfg.get("video_dir"),
@@ -100,7 +100,7 @@ def _play_or_eval(cfg: DictConfig, ckpt: Path) -> float:
                  f"MINARI_DATASETS_PATH={absolute(cfg.demo_dir)} python -c \"import minari; "
                  f"print(minari.load_dataset('{DATASET_ID}'))\"")
     if cfg.get("video_dir") and (cfg.get("logger") or {}).get("name") == "wandb":
-        from rlexp.tracking import Wandb
+        from rlexp.runs.tracking import Wandb
 
         settings = dict(OmegaConf.to_container(cfg.logger, resolve=True))
         settings["name"] = settings.pop("run_name", None) or f"{name}_play"

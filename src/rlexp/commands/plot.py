@@ -1,4 +1,4 @@
-"""mode=plot: runs compared, seeds of a configuration grouped (rlexp.plotting does the work)."""
+"""mode=plot: runs compared, seeds of a configuration grouped (rlexp.analysis.plots does the work)."""
 from __future__ import annotations
 
 import logging
@@ -7,14 +7,14 @@ from pathlib import Path
 from omegaconf import DictConfig
 
 from rlexp.errors import UserError
-from rlexp.rundirs import original_cwd
+from rlexp.runs.dirs import original_cwd
 
 log = logging.getLogger("rlexp")
 
 
 def plot_runs(cfg: DictConfig) -> float:
-    """mode=plot: +runs=[dirA,dirB] or a glob; seeds of one configuration are grouped (see rlexp.plotting)."""
-    from rlexp.plotting import plot_runs as plot
+    """mode=plot: +runs=[dirA,dirB] or a glob; seeds of one configuration are grouped (see rlexp.analysis.plots)."""
+    from rlexp.analysis.plots import plot_runs as plot
 
     patterns = cfg.get("runs")
     if not patterns:

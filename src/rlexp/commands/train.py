@@ -10,14 +10,14 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
-from rlexp.checkpoints import PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
+from rlexp.runs.checkpoints import PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
 from rlexp.errors import RunFailed, UserError
-from rlexp.evaluation import (deterministic_eval, deterministic_final_eval, eval_envs, eval_kind, evaluate,
+from rlexp.runs.evaluation import (deterministic_eval, deterministic_final_eval, eval_envs, eval_kind, evaluate,
                               mean_std)
-from rlexp.files import check_writable
-from rlexp.rundirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep, new_run_dir,
+from rlexp.runs.files import check_writable
+from rlexp.runs.dirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep, new_run_dir,
                            run_config, run_dir_key, stored_config, task_overrides, write_run_config)
-from rlexp.runlock import RunLock
+from rlexp.runs.lock import RunLock
 
 log = logging.getLogger("rlexp")
 
@@ -53,7 +53,7 @@ def make_evaluator(cfg: DictConfig, run_dir: Path):
     interval = int(cfg.run.get("eval_interval") or 0)
     if interval <= 0:
         return None
-    from rlexp.evaluation import Evaluator
+    from rlexp.runs.evaluation import Evaluator
 
     return Evaluator(lambda: eval_envs(cfg), interval, int(cfg.run.eval_episodes), run_dir,
                      keep=int(cfg.run.get("keep_checkpoints") or 0), deterministic=deterministic_eval(cfg))
@@ -61,8 +61,8 @@ def make_evaluator(cfg: DictConfig, run_dir: Path):
 
 def train(cfg: DictConfig) -> float | dict[str, float]:
     from rlexp.agents.base import TrainingDiverged
-    from rlexp.checks import check_presets
-    from rlexp.logs import attach_run_log, detach_run_log
+    from rlexp.presets.complete import check_presets
+    from rlexp.runs.logs import attach_run_log, detach_run_log
 
     resume, init_from = cfg.get("resume"), cfg.get("init_from")
     preset_line, lock, ckpt = None, None, None
@@ -73,7 +73,7 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
             cfg, run_dir, ckpt, lock = resume_setup(cfg, str(resume))
         else:
             check_presets(cfg, choices())
-            from rlexp.fallback import apply_fallback
+            from rlexp.presets.fallbacks import apply_fallback
 
             cfg, preset_line = apply_fallback(cfg, choices(), task_overrides())
             run_dir = new_run_dir(cfg)
@@ -86,7 +86,7 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
         warn_if_no_update(agent, cfg)
         startup_done()
         if resume:
-            from rlexp.files import remove_leftovers
+            from rlexp.runs.files import remove_leftovers
 
             remove_leftovers(run_dir, run_dir / "checkpoints", run_dir / "tb")  # half-written files of the killed run
         else:
@@ -116,7 +116,7 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
 def resume_setup(cfg: DictConfig, resume: str) -> tuple[DictConfig, Path, Path | None, RunLock]:
     """+resume: the run dir (writable, locked for this process), the checkpoint to continue from (None: the run
     wrote none yet and trains again from step 0) and the run's own config with this command's run.* settings."""
-    from rlexp.checks import check_settings
+    from rlexp.checks.values import check_settings
 
     key = f"+resume={resume}"
     run_dir = absolute(resume)
@@ -133,11 +133,11 @@ def resume_setup(cfg: DictConfig, resume: str) -> tuple[DictConfig, Path, Path |
         stored = stored_config(ckpt or config_file, cfg, None if ckpt else OmegaConf.to_container(
             OmegaConf.load(config_file)))
         if stored.get("fallback", "auto") not in ("auto", "none", None):  # compare like with like
-            from rlexp.fallback import merge_fallback
+            from rlexp.presets.fallbacks import merge_fallback
 
             cfg = merge_fallback(cfg, str(stored.fallback), task_overrides())
         elif stored.get("fallback", "auto") == "auto":  # the pair's RL Zoo row and tuned preset, as it trained
-            from rlexp.fallback import apply_fallback
+            from rlexp.presets.fallbacks import apply_fallback
 
             fresh = OmegaConf.merge(cfg, {})
             with open_dict(fresh):
@@ -174,7 +174,7 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
         log.info(f"the run had already finished ({ended}): nothing to train; resume with a larger run.max_steps "
                  "(or run.target_reward) to train on")
     elif not cfg.agent.get("quiet"):
-        from rlexp.envs import stepping
+        from rlexp.envs.make import stepping
 
         precision = "float32" if agent.precision == "float32" else f"{agent.precision.split('_')[-1]} compute"
         log.info(f"training {type(agent).__name__} on {cfg.env.id} ({stepping(agent.envs)}, {precision}) -> {run_dir}")
@@ -235,7 +235,7 @@ def write_summary(run_dir: Path, summary: dict[str, Any], returns: list[float], 
     which mode=plot scores the run by."""
     import json
 
-    from rlexp.files import write_atomic
+    from rlexp.runs.files import write_atomic
 
     mean, std = mean_std(returns)
     final = dict(step=summary["steps"], mean_return=mean, std_return=std, episodes=len(returns),
@@ -258,7 +258,7 @@ def progress_mode(cfg: DictConfig) -> str:
 def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None, learning_start: int = 0):
     """TensorBoard always (a `resumed` agent's event files made to agree with its history first); Weights &
     Biases with logger=wandb (grouped by sweep in --multirun)."""
-    from rlexp.tracking import TensorBoard, Trackers, Wandb
+    from rlexp.runs.tracking import TensorBoard, Trackers, Wandb
 
     resume = (resumed.history.rows, resumed.steps) if resumed is not None else None
     trackers = [TensorBoard(run_dir / "tb", resume=resume)]

@@ -18,7 +18,7 @@ from optuna.trial import TrialState
 
 from rlexp.errors import SweepError
 from rlexp.sweep.storage import make_storage
-from rlexp.tracking import Tracker
+from rlexp.runs.tracking import Tracker
 
 log = logging.getLogger("rlexp.sweep")
 TRIAL_ENV = "RLEXP_OPTUNA_TRIAL"  # JSON {storage, study, trial_id, pruner...} set for each trial's process

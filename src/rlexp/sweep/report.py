@@ -13,7 +13,7 @@ import optuna
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
 
-from rlexp.files import write_atomic
+from rlexp.runs.files import write_atomic
 from rlexp.sweep.settings import one_line
 
 log = logging.getLogger("rlexp.sweep")
@@ -52,7 +52,7 @@ class Report:
     def confirmation_table(self, study: optuna.Study) -> list[dict[str, Any]]:
         """The confirmed configurations ranked by their seeds' aggregate (hydra.sweeper.aggregate: mean or iqm,
         column confirmed_<aggregate>), with its 95% stratified-bootstrap interval."""
-        from rlexp.stats import interval_estimates
+        from rlexp.analysis.stats import interval_estimates
 
         ranked = self.ranked(study)
         confirmed = {t.number: [float(v) for v in study.user_attrs.get(f"confirm_{t.number}", {}).values()]
@@ -236,7 +236,7 @@ class Report:
         path = self.sweep_dir / "tuned" / "best.yaml"
         how = f"confirmed {self.aggregate}" if self.confirm else self.objective
         agent, env = self.agent_env(best)
-        from rlexp.rundirs import env_display_name
+        from rlexp.runs.dirs import env_display_name
 
         env_id = str((config.get("env") or {}).get("id", ""))
         keep = f"tuned/{agent}_{env_display_name(env, env_id)}.yaml"  # env=generic: found by its env.id

@@ -88,7 +88,7 @@ def steps_on_disk(run_dir: Path) -> int:
     try:
         import pyarrow.compute as pc
 
-        from rlexp.history import read_parquet
+        from rlexp.runs.history import read_parquet
 
         steps = read_parquet(history, columns=["step"])["step"]
         return int(pc.max(steps).as_py() or 0) if len(steps) else 0

@@ -78,7 +78,7 @@ class OptunaSweep(Checks, Confirmation, Report):
         continues its study, another sweep of the pair starts its own."""
         if self.s["study_name"] is not None:
             return str(self.s["study_name"])
-        from rlexp.rundirs import env_display_name
+        from rlexp.runs.dirs import env_display_name
 
         choices = self.config.hydra.runtime.choices
         env = env_display_name(choices.get("env"), str(OmegaConf.select(self.config, "env.id", default="")))

@@ -28,7 +28,7 @@ def counted_trials(study: optuna.Study, trials: list | None = None) -> list[optu
 def aggregate(values: list[float], how: str) -> float:
     """The trial's objective from its seeds' objectives: their mean, or rliable's interquartile mean."""
     if how == "iqm":
-        from rlexp.stats import iqm
+        from rlexp.analysis.stats import iqm
 
         return float(iqm(values))
     return float(sum(values) / len(values))

@@ -9,7 +9,7 @@ import gymnasium as gym
 import numpy as np
 import tensorflow as tf
 
-from rlexp.wrappers import with_lost_lives
+from rlexp.envs.wrappers import with_lost_lives
 
 
 class Acting:
@@ -66,7 +66,7 @@ class Acting:
              deterministic: bool = True) -> list[float]:
         """Episodes in a 1-env vector env (make it with render_mode="rgb_array" to record
         `video_dir/<name>.mp4` or jpg frames). Returns each episode's return."""
-        from rlexp.play import play
+        from rlexp.envs.playback import play
 
         return play(self, envs, episodes=episodes, video_dir=video_dir, frame_dir=frame_dir, fps=fps, name=name,
                     deterministic=deterministic)
@@ -76,7 +76,7 @@ class Acting:
         deterministic policy or (`deterministic=False`) actions drawn from it. With a seed, each call starts
         from the same env seeds and generator state, so evaluations differ only by the weights. A recurrent
         policy's state restarts at episode starts and lost lives, as in training."""
-        from rlexp.checks import whole
+        from rlexp.checks.values import whole
 
         episodes = whole("run.eval_episodes", episodes, 0)
         n = envs.num_envs

@@ -18,13 +18,13 @@ from rlexp.agents.base.acting import Acting
 from rlexp.agents.base.checkpointing import Checkpointing
 from rlexp.agents.base.graph_steps import GraphSteps
 from rlexp.agents.base.loop import FitLoop
-from rlexp.envs import is_image, is_structured, observation_parts, space_kind
+from rlexp.envs.spaces import is_image, is_structured, observation_parts, space_kind
 from rlexp.errors import UserError
-from rlexp.history import History
-from rlexp.memory import Need, check_fits, init_default
-from rlexp.models import build_model, is_recurrent
-from rlexp.normalize import Normalizer
-from rlexp.wrappers import with_lost_lives
+from rlexp.runs.history import History
+from rlexp.checks.memory import Need, check_fits, init_default
+from rlexp.models.networks import build_model, is_recurrent
+from rlexp.envs.normalize import Normalizer
+from rlexp.envs.wrappers import with_lost_lives
 
 MIXED_PRECISION = (False, True, "float16", "bfloat16")
 
@@ -68,7 +68,7 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
     """Base agent: owns the loop (collect, train, log, save); algorithms override what differs.
 
     Args:
-        envs: a gymnasium vector env (see `rlexp.envs.make_envs`).
+        envs: a gymnasium vector env (see `rlexp.envs.make.make_envs`).
         model: a model preset (mapping) or preset name; None or 'auto' picks one from the observations.
         buffer: a replay buffer (off-policy agents).
         seed: seeds NumPy, TensorFlow, Keras's initialisers and the envs' resets, and turns on TensorFlow's
@@ -124,9 +124,9 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
         autoreset = getattr(envs, "metadata", {}).get("autoreset_mode", gym.vector.AutoresetMode.SAME_STEP)
         if autoreset != gym.vector.AutoresetMode.SAME_STEP:
             raise UserError(f"rlexp needs vector envs that reset in the step an episode ends: build them with "
-                            f"rlexp.envs.make_envs, or gym.make_vec(..., vector_kwargs={{'autoreset_mode': "
+                            f"rlexp.envs.make.make_envs, or gym.make_vec(..., vector_kwargs={{'autoreset_mode': "
                             f"gym.vector.AutoresetMode.SAME_STEP}}) (got {autoreset})")
-        from rlexp.checks import check_seed
+        from rlexp.checks.values import check_seed
 
         seed = check_seed(seed)
         if seed is not None:  # Keras initialisers, Python's and NumPy's generators, deterministic ops (as the CLI)
@@ -135,7 +135,7 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
             keras.utils.set_random_seed(int(seed))
             tf.config.experimental.enable_op_determinism()
         if is_structured(envs.single_observation_space):
-            raise UserError("Dict/Tuple observations: build the envs with rlexp.envs.make_envs, which flattens them "
+            raise UserError("Dict/Tuple observations: build the envs with rlexp.envs.make.make_envs, which flattens them "
                             "for the agent (the model splits them into their parts again)")
         # Dict/Tuple observations arrive flattened by make_envs, which keeps their structure here
         self.structured_space = getattr(envs, "structured_observation_space", None)
@@ -268,7 +268,7 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
                      params: Mapping[str, Any], buffer: Any, model: Mapping[str, Any]) -> list[Need]:
         """The large allocations of a run with these spaces, `n_envs` envs, constructor arguments `params`
         (missing ones: their defaults), replay `buffer` and model preset, estimated before any is made
-        (rlexp.memory): here the buffer's storage; families add theirs."""
+        (rlexp.checks.memory): here the buffer's storage; families add theirs."""
         if buffer is None or not hasattr(buffer, "memory_need"):
             return []
         n_steps = int(params.get("n_steps") or init_default(cls, "n_steps", 1))
@@ -305,8 +305,8 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
                            channels_first=channels_first, name=name, latent_of=latent_of, parts=self.obs_parts)
 
     def make_optimizer(self):
-        """Keras's Adam or RMSprop, with fused update kernels (rlexp.optimizers)."""
-        from rlexp.optimizers import FusedAdam, FusedRMSprop
+        """Keras's Adam or RMSprop, with fused update kernels (rlexp.models.optimizers)."""
+        from rlexp.models.optimizers import FusedAdam, FusedRMSprop
 
         if self.optimizer_name == "rmsprop":
             return FusedRMSprop(learning_rate=self.lr, rho=0.99, epsilon=self.opt_epsilon)

@@ -8,9 +8,9 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from rlexp.checkpoints import PREVIOUS, read_arrays, read_state
+from rlexp.runs.checkpoints import PREVIOUS, read_arrays, read_state
 from rlexp.errors import UserError
-from rlexp.files import write_atomic
+from rlexp.runs.files import write_atomic
 
 
 class Checkpointing:
@@ -57,7 +57,7 @@ class Checkpointing:
     @staticmethod
     def read_state(path: str | Path) -> dict[str, Any]:
         """The JSON state stored in a checkpoint (agent name, steps, config, ...); a damaged file is one line
-        naming it (rlexp.checkpoints)."""
+        naming it (rlexp.runs.checkpoints)."""
         return read_state(path)
 
     def load(self, path: str | Path, weights_only: bool = False) -> dict[str, Any]:

@@ -8,7 +8,7 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.agents.distributions import no_autograph
-from rlexp.graph_envs import GraphVectorEnv
+from rlexp.envs.graph import GraphVectorEnv
 
 
 class GraphSteps:

@@ -13,8 +13,8 @@ from typing import Any, Mapping
 
 import numpy as np
 
-from rlexp.history import plot_history
-from rlexp.progress import Progress
+from rlexp.runs.history import plot_history
+from rlexp.runs.progress import Progress
 
 log = logging.getLogger("rlexp")
 
@@ -113,12 +113,12 @@ class FitLoop:
         With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there (the last.ckpt
         each save replaces stays as previous.ckpt, which resume falls back to if last.ckpt is damaged); best.ckpt
         holds the best mean over a full `reward_buffer_size` window of training episodes (none before the first
-        full window), or with an `evaluator` (rlexp.evaluation.Evaluator) the best evaluation.
-        `tracker` (see rlexp.tracking) receives episode returns, losses, learning rate, steps/s and evaluations;
+        full window), or with an `evaluator` (rlexp.runs.evaluation.Evaluator) the best evaluation.
+        `tracker` (see rlexp.runs.tracking) receives episode returns, losses, learning rate, steps/s and evaluations;
         it is flushed with the history.
         `verbose` (Stable-Baselines3's): 0 prints nothing but warnings; 1 progress (`progress`: 'auto' a live bar
         on a terminal and log lines otherwise, 'bar', 'log' or 'none') and evaluations, on the console where
-        nothing has configured logging (`rlexp.logs.verbosity`). The constructor's `quiet=True` leaves out the
+        nothing has configured logging (`rlexp.runs.logs.verbosity`). The constructor's `quiet=True` leaves out the
         progress.
         Returns a summary of the whole run (all sessions of a resumed one): steps, seconds (training time),
         steps_per_s, reason, mean and best reward, episodes; session_steps and session_seconds of this call;
@@ -126,7 +126,7 @@ class FitLoop:
         included) and steady_steps_per_s of the rest (None with a single iteration);
         already_finished when the run had ended before this call (nothing trained).
         """
-        from rlexp.logs import verbosity
+        from rlexp.runs.logs import verbosity
 
         with verbosity(verbose):
             return self._fit(max_steps, target_reward, run_dir, checkpoint_interval, history_interval,
@@ -136,9 +136,9 @@ class FitLoop:
              checkpoint_interval: float, history_interval: float, progress: str, config: Mapping[str, Any] | None,
              tracker: Any, evaluator: Any) -> dict[str, Any]:
         """`fit`'s loop."""
-        from rlexp.tracking import Tracker
+        from rlexp.runs.tracking import Tracker
 
-        from rlexp.checks import check_fit_arguments
+        from rlexp.checks.values import check_fit_arguments
 
         check_fit_arguments(max_steps, target_reward, checkpoint_interval, history_interval)
         tracker = tracker or Tracker()
@@ -146,7 +146,7 @@ class FitLoop:
         self.max_steps = int(float(max_steps))
         run_dir = Path(run_dir) if run_dir else None
         if run_dir is not None:
-            from rlexp.files import check_writable
+            from rlexp.runs.files import check_writable
 
             check_writable(run_dir, f"run_dir={run_dir}")
         self.config = dict(config or {})

@@ -14,9 +14,9 @@ from rlexp.agents.distributions import no_autograph
 from rlexp.agents.on_policy.policy import PolicyDistribution
 from rlexp.agents.on_policy.recurrent import RecurrentState
 from rlexp.agents.on_policy.rollouts import Rollouts
-from rlexp.envs import space_kind
+from rlexp.envs.spaces import space_kind
 from rlexp.errors import UserError
-from rlexp.memory import Need, activation_floats, init_default, space_bytes
+from rlexp.checks.memory import Need, activation_floats, init_default, space_bytes
 
 
 class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
@@ -58,7 +58,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
     def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128,
                  log_std_init: float = 0.0, state_dependent_std: bool = False, use_sde: bool = False,
                  sde_sample_freq: int = -1, sequence_length: int | None = None, **kwargs) -> None:
-        from rlexp.checks import whole
+        from rlexp.checks.values import whole
 
         self.n_steps = n_steps = whole("agent.n_steps", n_steps, 1)
         self.sequence_length = int(sequence_length or n_steps)
@@ -80,7 +80,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
         """The rollout's storage (observations, the final ones of vector observations, actions and five floats
         a transition) and the activations of the update's largest batch (a PPO minibatch, else the rollout),
         besides a replay buffer's storage (ACER)."""
-        from rlexp.envs import is_image
+        from rlexp.envs.spaces import is_image
 
         n_steps = int(params.get("n_steps") or init_default(cls, "n_steps", 1))
         rows = n_steps * n_envs

@@ -14,7 +14,7 @@ class RecurrentState:
 
     def make_recurrent_state(self, model) -> None:
         """Per-env state variables of a recurrent model, and which envs start an episode at the next step."""
-        from rlexp.models import recurrent_state_sizes
+        from rlexp.models.networks import recurrent_state_sizes
 
         self.rnn_states = [tf.Variable(tf.zeros([self.n_envs, units]), trainable=False, name=f"rnn_state_{i}")
                            for i, units in enumerate(recurrent_state_sizes(model))]

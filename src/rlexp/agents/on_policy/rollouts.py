@@ -32,7 +32,7 @@ class Rollouts:
     def _use_numpy_rollout(self) -> bool:
         """Roll out with NumPy mirrors when every model has one (MLPs on vector observations, no gSDE)."""
         if not hasattr(self, "_mirrors"):
-            from rlexp.numpy_models import NumpyModel
+            from rlexp.models.numpy_mirror import NumpyModel
 
             self.decide_xla()  # whether the env steps in the graph
 

@@ -6,6 +6,15 @@ from typing import Sequence
 import gymnasium as gym
 import numpy as np
 
+# where these wrappers were before rlexp.envs became a package: run dirs trained then and env presets copied by
+# `mode=init` then name them `rlexp.wrappers.<Name>` (read as rlexp.envs.wrappers.<Name>)
+LEGACY_PREFIX, PREFIX = "rlexp.wrappers.", "rlexp.envs.wrappers."
+
+
+def current_target(target: str) -> str:
+    """A wrapper's `_target_` as rlexp names it now (an earlier `rlexp.wrappers.X` is `rlexp.envs.wrappers.X`)."""
+    return PREFIX + target[len(LEGACY_PREFIX):] if target.startswith(LEGACY_PREFIX) else target
+
 # The velocity entries of classic-control and Box2D observations (RL Zoo's MaskVelocityWrapper table).
 VELOCITY_INDICES = {
     "CartPole-v1": [1, 3],

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any, Mapping, Sequence
 import numpy as np
 
 from rlexp.errors import UserError
-from rlexp.files import write_atomic
+from rlexp.runs.files import write_atomic
 
 if TYPE_CHECKING:
     import pandas as pd

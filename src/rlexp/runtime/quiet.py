@@ -94,7 +94,7 @@ def start_deferred() -> Iterator[None]:
 # TensorFlow's module that loads its C++ library with RTLD_GLOBAL (for custom op libraries, which rlexp doesn't
 # load): refused, the library loads with its symbols private, as on macOS. Global, its copy of LLVM takes the place
 # of Mesa's inside llvmpipe, Mesa's software OpenGL (MuJoCo's frames through EGL or OSMesa without a GPU), which
-# then crashes at its first frame (rlexp.rendering).
+# then crashes at its first frame (rlexp.envs.rendering).
 GLOBAL_SYMBOLS = ("tensorflow.python.pywrap_dlopen_global_flags",)
 
 

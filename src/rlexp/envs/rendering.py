@@ -6,7 +6,7 @@ then: the user's own MUJOCO_GL or PYOPENGL_PLATFORM, else the first of EGL and O
 process (where a backend that crashes costs nothing), else GLFW where there is a display; with none of them, one
 line naming the system package to install.
 
-TensorFlow loads with its symbols private (rlexp.quiet.import_tensorflow): loaded globally, its copy of LLVM
+TensorFlow loads with its symbols private (rlexp.runtime.quiet.import_tensorflow): loaded globally, its copy of LLVM
 replaces Mesa's inside llvmpipe, Mesa's software renderer, which then crashes at its first frame.
 """
 from __future__ import annotations

@@ -12,8 +12,8 @@ from typing import Any, Sequence
 import numpy as np
 
 from rlexp.errors import UserError
-from rlexp.files import cannot_make_dir_in
-from rlexp.wrappers import with_lost_lives
+from rlexp.runs.files import cannot_make_dir_in
+from rlexp.envs.wrappers import with_lost_lives
 
 log = logging.getLogger("rlexp")
 
@@ -53,7 +53,7 @@ def declared_render_modes(env_id: str, imports: Sequence[str] = ()) -> list[str]
     import gymnasium as gym
     from gymnasium.envs.registration import load_env_creator
 
-    from rlexp.envs import import_env_modules
+    from rlexp.envs.make import import_env_modules
 
     import_env_modules(imports)
     if ":" in env_id:
@@ -99,7 +99,7 @@ def rgb_frame(envs) -> np.ndarray:
     except Exception as e:  # noqa: BLE001 - MuJoCo's OpenGL backends fail with errors of every kind
         if not is_mujoco(envs):
             raise
-        from rlexp.rendering import render_failure
+        from rlexp.envs.rendering import render_failure
 
         raise UserError(render_failure(e, [str(w.message) for w in caught])) from None
     for w in caught:  # a frame came: its warnings are passed on as they were
@@ -158,8 +158,8 @@ def play(agent, envs, episodes: int = 1, video_dir: str | None = None, frame_dir
          name: str = "play", recorder=None, deterministic: bool = True) -> list[float]:
     """Play `episodes` episodes in a 1-env vector env (deterministic actions, or drawn from the policy);
     returns each episode's return. The video has one frame per step: each observation the agent acted on. A
-    `recorder` (rlexp.demos.DemoRecorder) keeps the episodes as demonstrations."""
-    from rlexp.checks import _number, whole
+    `recorder` (rlexp.envs.demos.DemoRecorder) keeps the episodes as demonstrations."""
+    from rlexp.checks.values import _number, whole
 
     episodes, fps = whole("play.episodes", episodes, 1), whole("play.fps", fps, 1)
     frame_frequency = whole("play.frame_frequency", frame_frequency, 1)

@@ -10,18 +10,12 @@ import gymnasium as gym
 import numpy as np
 from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
-from rlexp.envpool_envs import EnvPoolAtari
-from rlexp.envpool_envs import available as envpool_available
+from rlexp.envs.envpool import EnvPoolAtari
+from rlexp.envs.envpool import available as envpool_available
 from rlexp.errors import UserError
-from rlexp.graph_envs import GRAPH_ENVS
-from rlexp.wrappers import LifeLossInfo
-
-try:  # ale-py registers the Atari ids (ROMs ship with it)
-    import ale_py
-
-    gym.register_envs(ale_py)
-except ImportError:  # pragma: no cover - ale-py is a dependency
-    pass
+from rlexp.envs.graph import GRAPH_ENVS
+from rlexp.envs.spaces import is_structured
+from rlexp.envs.wrappers import LifeLossInfo, current_target
 
 
 def _atari_wrappers(screen_size: int, frame_stack: int, max_frame: bool, noop_max: int, life_loss: bool) -> list:
@@ -62,7 +56,7 @@ NUMPY_VECTOR_ENVS = {"CartPole-v0": SameStepCartPoleVectorEnv, "CartPole-v1": Sa
 VECTOR_MIN_ENVS = 4  # a batched CartPole step costs ~50 µs whatever the count; an env copy ~10 µs
 
 
-WRAPPER_MODULES = ("gymnasium.wrappers.", "rlexp.wrappers.")  # where env.wrappers may come from (+ env.imports)
+WRAPPER_MODULES = ("gymnasium.wrappers.", "rlexp.envs.wrappers.")  # where env.wrappers may come from (+ env.imports)
 
 
 def import_env_modules(modules: Sequence[str], key: str = "env.imports") -> None:
@@ -76,15 +70,15 @@ def import_env_modules(modules: Sequence[str], key: str = "env.imports") -> None
 
 def env_wrappers(specs: Sequence[Mapping[str, Any]], imports: Sequence[str] = ()) -> list[Callable[[gym.Env], gym.Env]]:
     """`env.wrappers` entries ({_target_: a wrapper class, **its keyword arguments}) as functions env -> env.
-    A target must be one of gymnasium's wrappers, rlexp.wrappers, or come from a module in `env.imports`."""
+    A target must be one of gymnasium's wrappers, rlexp.envs.wrappers, or come from a module in `env.imports`."""
     allowed = (*WRAPPER_MODULES, *(f"{m}." for m in imports or ()))
     wrappers = []
     for spec in specs or ():
         spec = dict(spec)
-        target = str(spec.pop("_target_", ""))
+        target = current_target(str(spec.pop("_target_", "")))
         if not target.startswith(allowed):
-            raise UserError(f"env.wrappers: _target_ {target!r} must be a gymnasium.wrappers or rlexp.wrappers class, "
-                            "or come from a module listed in env.imports")
+            raise UserError(f"env.wrappers: _target_ {target!r} must be a gymnasium.wrappers or rlexp.envs.wrappers "
+                            "class, or come from a module listed in env.imports")
         module, _, name = target.rpartition(".")
         try:
             cls = getattr(importlib.import_module(module), name)
@@ -112,8 +106,8 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     Episodes restart automatically in the same step (`info["final_obs"]` holds the last observation).
     `vectorization`: sync (env copies stepped in this process), async (one worker process per env),
     vector (one NumPy-batched env, where gymnasium has one: CartPole), graph (one batched env that also
-    steps inside TF graphs, where rlexp has one: Pendulum, CartPole; `rlexp.graph_envs`), envpool (Atari
-    with preprocessing, emulated and preprocessed by EnvPool on its own threads; `rlexp.envpool_envs`) or
+    steps inside TF graphs, where rlexp has one: Pendulum, CartPole; `rlexp.envs.graph`), envpool (Atari
+    with preprocessing, emulated and preprocessed by EnvPool on its own threads; `rlexp.envs.envpool`) or
     auto (graph, else vector, where they exist and pay: CartPole from `VECTOR_MIN_ENVS` envs, Pendulum
     always; envpool for preprocessed Atari where EnvPool is installed; else sync). With `render_mode`
     vector, graph and envpool fall back to sync.
@@ -123,7 +117,7 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     "module:EnvId-v0". `wrappers`: [{_target_: wrapper class, **kwargs}] applied to each env copy (see
     `env_wrappers`); envs with wrappers are built as sync or async env copies.
     """
-    from rlexp.checks import check_env_values, check_seed
+    from rlexp.checks.values import check_env_values, check_seed
 
     seed = check_seed(seed, "seed")
     counts = check_env_values(dict(n_envs=n_envs, frame_stack=frame_stack, screen_size=screen_size,
@@ -133,7 +127,7 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     n_envs, frame_stack, screen_size, noop_max, max_episode_steps = (counts[k] for k in (
         "n_envs", "frame_stack", "screen_size", "noop_max", "max_episode_steps"))
     if render_mode:  # MuJoCo's OpenGL backend is picked before MuJoCo is imported (by `imports` or the env)
-        from rlexp.rendering import offscreen_rendering
+        from rlexp.envs.rendering import offscreen_rendering
 
         offscreen_rendering(render_mode)
     import_env_modules(imports)
@@ -158,7 +152,7 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
             vectorization = "vector" if env_id in NUMPY_VECTOR_ENVS and pays else "sync"
     if vectorization == "envpool" and render_mode:  # EnvPool doesn't render: play and videos use env copies
         vectorization = "sync"
-    from rlexp.memory import check_env_copies
+    from rlexp.envs.copies import check_env_copies
 
     check_env_copies(env_id, n_envs, "sync" if render_mode and vectorization in ("vector", "graph") else vectorization)
     if vectorization == "envpool":
@@ -261,7 +255,7 @@ class StructureMarker(gym.Wrapper):
 
 def stepping(envs: gym.vector.VectorEnv) -> str:
     """How `envs` step, as a run's first lines say it: '8 envs on EnvPool', '1 env in-process', ..."""
-    from rlexp.graph_envs import GraphVectorEnv
+    from rlexp.envs.graph import GraphVectorEnv
 
     if isinstance(envs, EnvPoolAtari):
         how = "on EnvPool"
@@ -283,40 +277,3 @@ def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vec
     params = dict(env_cfg)
     params.update(overrides)
     return make_envs(params.pop("id"), seed=seed, **params)
-
-
-SPACE_KINDS = {gym.spaces.Discrete: "discrete", gym.spaces.Box: "continuous",
-               gym.spaces.MultiDiscrete: "multi_discrete", gym.spaces.MultiBinary: "multi_binary"}
-
-
-def is_atari(env_id: str) -> bool:
-    """Whether `env_id` is registered as an ALE game (RL Zoo's test: ale_py's AtariEnv entry point)."""
-    try:
-        return "AtariEnv" in str(gym.spec(env_id).entry_point)
-    except gym.error.Error:
-        return False
-
-
-def space_kind(space: gym.Space) -> str:
-    """'discrete', 'continuous', 'multi_discrete' or 'multi_binary' (the action-space names agents declare)."""
-    return SPACE_KINDS.get(type(space), type(space).__name__)
-
-
-def is_structured(space: gym.Space) -> bool:
-    """Dict or Tuple observations (flattened for the agent, split again by the model's per-key encoders)."""
-    return isinstance(space, (gym.spaces.Dict, gym.spaces.Tuple))
-
-
-def observation_parts(space: gym.Space, prefix: str = "") -> list[tuple[str, gym.Space]]:
-    """The leaves of a Dict/Tuple space as (key path, space), in the order `gymnasium.spaces.flatten`
-    concatenates them."""
-    if isinstance(space, gym.spaces.Dict):
-        return [part for key, sub in space.spaces.items() for part in observation_parts(sub, f"{prefix}{key}.")]
-    if isinstance(space, gym.spaces.Tuple):
-        return [part for i, sub in enumerate(space.spaces) for part in observation_parts(sub, f"{prefix}{i}.")]
-    return [(prefix[:-1], space)]
-
-
-def is_image(space: gym.Space) -> bool:
-    """True for image-like observations (H, W[, C]) or stacked frames (N, H, W)."""
-    return isinstance(space, gym.spaces.Box) and len(space.shape) >= 2 and space.dtype == np.uint8

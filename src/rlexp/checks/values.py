@@ -1,9 +1,7 @@
 """Every command-line value checked before work starts: one line naming the key and the fix."""
 from __future__ import annotations
 
-import inspect
 import math
-from pathlib import Path
 from typing import Any, Mapping
 
 from omegaconf import DictConfig
@@ -137,7 +135,7 @@ def check_settings(cfg: DictConfig) -> None:
                         "run.eval_deterministic), auto, true or false")
     for key in ("tf_threads", "tf_inter_threads"):
         _threads(f"run.{key}", run.get(key, "auto"))
-    from rlexp.compile_cache import cache_dir
+    from rlexp.runtime.compile_cache import cache_dir
 
     cache_dir(run.get("compile_cache", "auto"))  # one line for a value that is no folder
     play = cfg.play
@@ -145,51 +143,3 @@ def check_settings(cfg: DictConfig) -> None:
     _number("play.frame_frequency", play.frame_frequency, minimum=1, integer=True)
     _number("play.frame_delay", play.frame_delay, minimum=0)
     _number("play.fps", play.fps, minimum=1, integer=True)
-
-
-def preset_file(group: str, name: str) -> str:
-    """Where the chosen preset `group/name.yaml` was read from (the first config source holding it)."""
-    try:
-        from hydra.core.hydra_config import HydraConfig
-
-        sources = HydraConfig.get().runtime.config_sources
-    except ValueError:
-        return f"{group}/{name}.yaml"
-    for source in sources:
-        path = str(source.path)
-        if source.schema == "file":
-            candidate = Path(path) / group / f"{name}.yaml"
-            if candidate.exists():
-                return str(candidate)
-        elif source.schema == "pkg":
-            from importlib import resources
-
-            try:
-                if resources.files(path).joinpath(group, f"{name}.yaml").is_file():
-                    return f"{group}/{name}.yaml (shipped with rlexp)"
-            except (ModuleNotFoundError, TypeError):
-                continue
-    return f"{group}/{name}.yaml"
-
-
-def check_presets(cfg: DictConfig, choices: dict[str, str]) -> None:
-    """The chosen presets are complete: an env preset has every make_envs key (`defaults: [generic]`), an
-    agent preset a _target_, a model preset layers."""
-    from rlexp.envs import make_envs
-
-    env_keys = {"id", "clip_rewards", *(p for p in inspect.signature(make_envs).parameters
-                                        if p not in ("env_id", "seed", "render_mode", "_"))}
-    given = set(cfg.env.keys())
-    missing, unknown = sorted(env_keys - given), sorted(given - env_keys)
-    where = preset_file("env", choices.get("env", "?"))
-    if unknown:
-        raise UserError(f"env preset {where}: unknown key {unknown[0]!r}; env keys are {', '.join(sorted(env_keys))}")
-    if missing:
-        raise UserError(f"env preset {where} lacks {', '.join(missing)}; start it with `defaults: [generic]` "
-                        "(or the preset it varies)")
-    if "_target_" not in cfg.agent:
-        raise UserError(f"agent preset {preset_file('agent', choices.get('agent', '?'))} has no _target_; start it "
-                        "with `defaults: [ppo]` (the agent it tunes) or set _target_: rlexp.agents.<Agent>")
-    if not cfg.model.get("layers"):
-        raise UserError(f"model preset {preset_file('model', choices.get('model', '?'))} has no layers; "
-                        "start from a copy of conf/model/mlp.yaml (python -m rlexp mode=init +dir=myconf)")

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlexp.zoo.rows import ZOO_FILES, ZooRow, ZooRowError, find_row, load_file
-from rlexp.zoo.translate import AGENT_OF, SB3_DEFAULTS, translate
+from rlexp.presets.zoo.rows import ZOO_FILES, ZooRow, ZooRowError, find_row, load_file
+from rlexp.presets.zoo.translate import AGENT_OF, SB3_DEFAULTS, translate
 
 __all__ = ["ZOO_FILES", "ZooRow", "ZooRowError", "find_row", "load_file", "translate", "SB3_DEFAULTS",
            "zoo_file_of", "row_for"]
@@ -26,7 +26,7 @@ def masks_velocity(env_cfg: Any) -> bool:
 
 def row_for(agent: str, cfg: Any) -> ZooRow | None:
     """The RL Zoo row for the run's agent and env id (`zoo.file` / `zoo.row` when the user gives them)."""
-    from rlexp.envs import is_atari
+    from rlexp.envs.spaces import is_atari
 
     algo = zoo_file_of(agent, cfg.get("model"))
     zoo = cfg.get("zoo") or {}

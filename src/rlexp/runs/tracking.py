@@ -100,7 +100,7 @@ class TensorBoard(Tracker):
         in between leaves duplicates that the next rewrite drops). TensorBoard reads a folder's files in name
         order: the name's timestamp, a second before its earliest event and before now, sorts it ahead of the
         file the new writer opens next (named by the time it opens)."""
-        from rlexp.files import write_atomic
+        from rlexp.runs.files import write_atomic
 
         files = sorted(p for p in log_dir.glob("events.out.tfevents.*") if p.is_file())
         if not files and not len(rows["step"]):

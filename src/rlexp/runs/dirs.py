@@ -137,11 +137,19 @@ LEGACY_AGENT_DEFAULTS = {"rlexp.agents.TRPO": {"kl_reduction": "sum"}}
 
 
 def with_legacy_defaults(config: DictConfig) -> DictConfig:
-    """A stored run config with the keys it predates set to what they meant for it (resume, eval, plot)."""
+    """A stored run config with the keys it predates set to what they meant for it, and the module paths that
+    moved since as they are named now (resume, eval, plot)."""
     for key, value in LEGACY_DEFAULTS.items():
         section, name = key.split(".")
         if section in config and name not in config[section]:
             OmegaConf.update(config, key, value, force_add=True)
+    env = config.get("env")
+    if env is not None and env.get("wrappers"):  # module paths that moved since (rlexp.wrappers.X)
+        from rlexp.envs.wrappers import current_target
+
+        for spec in env.wrappers:
+            if isinstance(spec, DictConfig) and "_target_" in spec:
+                spec._target_ = current_target(str(spec._target_))
     agent = config.get("agent")
     for name, value in LEGACY_AGENT_DEFAULTS.get(agent.get("_target_") if agent is not None else None, {}).items():
         if name not in agent:
@@ -184,7 +192,7 @@ def new_run_dir(cfg: DictConfig) -> Path:
     """A fresh training run's dir name: the sweep's trial dir, else run_dir (outputs/<date>/<time>_<agent>_<env>,
     the env named by `env_display_name`), checked to be writable. Not made yet: `claim_run_dir` makes it once
     training starts."""
-    from rlexp.files import check_writable
+    from rlexp.runs.files import check_writable
 
     if in_sweep():
         run_dir = Path(HydraConfig.get().runtime.output_dir)
@@ -245,7 +253,7 @@ def claim_run_dir(run_dir: Path) -> Path:
 
 def write_run_config(run_dir: Path, cfg: DictConfig) -> None:
     """The composed config and this command's overrides in <run dir>/.hydra/ (Hydra's layout)."""
-    from rlexp.files import write_atomic
+    from rlexp.runs.files import write_atomic
 
     config = OmegaConf.to_yaml(OmegaConf.create(run_config(cfg)))
     overrides = OmegaConf.to_yaml(OmegaConf.create(task_overrides()))

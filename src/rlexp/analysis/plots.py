@@ -15,10 +15,10 @@ import pandas as pd
 from omegaconf import OmegaConf
 
 from rlexp.errors import UserError
-from rlexp.rundirs import with_legacy_defaults
-from rlexp.files import write_atomic
-from rlexp.history import read_frame
-from rlexp.rundirs import flat
+from rlexp.runs.dirs import with_legacy_defaults
+from rlexp.runs.files import write_atomic
+from rlexp.runs.history import read_frame
+from rlexp.runs.dirs import flat
 
 GRID_POINTS = 200
 # keys that don't change what is learned: runs differing only in these are seeds of one configuration
@@ -133,7 +133,7 @@ def curves(group: Group, grid: np.ndarray) -> np.ndarray:
 def band(matrix: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
     """Mean over runs at each grid point and its 95% bootstrap interval (rliable's stratified bootstrap,
     each point a task); points with a run still missing are NaN."""
-    from rlexp.stats import pointwise_interval
+    from rlexp.analysis.stats import pointwise_interval
 
     complete = ~np.isnan(matrix).any(axis=0)
     mean, low, high = (np.full(matrix.shape[1], np.nan) for _ in range(3))
@@ -148,7 +148,7 @@ def band(matrix: np.ndarray, seed: int = 0) -> tuple[np.ndarray, np.ndarray, np.
 def statistics(groups: list[Group], gamma: float | None) -> tuple[pd.DataFrame, pd.DataFrame]:
     """Per group: runs, final scores' IQM and mean (and optimality gap below `gamma` when given) with 95%
     intervals; per pair of groups on the same env: the probability of improvement."""
-    from rlexp.stats import group_statistics, probability_of_improvement
+    from rlexp.analysis.stats import group_statistics, probability_of_improvement
 
     scores = {g.label: np.array([r.final_score for r in g.runs]) for g in groups}
     stats = group_statistics(scores, gamma if gamma is not None else 0.0)

@@ -42,7 +42,7 @@ class ZooRow:
 
 
 def shipped_dir() -> Any:
-    return resources.files("rlexp.zoo") / "hyperparams"
+    return resources.files("rlexp.presets.zoo") / "hyperparams"
 
 
 def shipped_version() -> str:

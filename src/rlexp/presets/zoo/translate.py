@@ -15,7 +15,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from rlexp.zoo.rows import ZooRow, literal_dict, schedule, wrappers
+from rlexp.presets.zoo.rows import ZooRow, literal_dict, schedule, wrappers
 
 ON_POLICY = ("a2c", "ppo", "ppo_lstm", "trpo")
 SQRT2 = math.sqrt(2.0)

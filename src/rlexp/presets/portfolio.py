@@ -41,7 +41,7 @@ def tuned_presets(agent: str) -> list[tuple[str, str]]:
     """(tuned preset, env preset) of the agent, in every config source (Hydra's own listing of the group)."""
     from hydra.core.global_hydra import GlobalHydra
 
-    from rlexp.fallback import preset_exists
+    from rlexp.presets.sources import preset_exists
 
     loader = GlobalHydra.instance().config_loader()
     names = loader.get_group_options("tuned")
@@ -82,7 +82,7 @@ def set_keys(path: Any) -> set[str]:
 
 def row_keys(row: Any) -> set[str]:
     """The hyperparameters an RL Zoo row sets (translated): its agent and buffer keys and env.n_envs."""
-    from rlexp.zoo import translate
+    from rlexp.presets.zoo import translate
 
     sections = translate(row)
     return ({f"agent.{key}" for key in sections["agent"]} | {f"buffer.{key}" for key in sections.get("buffer", {})}
@@ -98,7 +98,9 @@ def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) ->
     from hydra import compose
     from hydra.core.hydra_config import HydraConfig
 
-    from rlexp.fallback import env_kind, hydra_preset, merge_zoo, zoo_row
+    from rlexp.presets.fallbacks import env_kind
+    from rlexp.presets.sources import hydra_preset
+    from rlexp.presets.zoo.merge import merge_zoo, zoo_row
 
     found = []
     for name, env in tuned_presets(agent):

@@ -12,7 +12,7 @@ import numpy as np
 
 from omegaconf import DictConfig
 
-from rlexp.history import write_parquet
+from rlexp.runs.history import write_parquet
 
 COLUMNS = ("step", "time", "mean_return", "std_return", "min_return", "max_return", "episodes")
 TYPECODES = {"step": "q", "episodes": "q"}  # int64; the rest float64 ("d")
@@ -49,7 +49,7 @@ class Evaluator:
     def restore(self, steps: int) -> None:
         """On resume: the evaluations up to the checkpoint's step, and the next one after it."""
         if self.path is not None and self.path.exists():
-            from rlexp.history import read_frame
+            from rlexp.runs.history import read_frame
 
             frame = read_frame(self.path)
             self.rows = frame[frame["step"] <= steps].to_dict("records")
@@ -96,7 +96,7 @@ def mean_std(returns: list[float]) -> tuple[float, float]:
 def eval_envs(cfg: DictConfig):
     """Envs for evaluation episodes (the agent resets them with its own evaluation seed, apart from the
     training envs' seeds)."""
-    from rlexp.envs import env_from_config
+    from rlexp.envs.make import env_from_config
 
     return env_from_config(cfg.env, cfg.seed, n_envs=min(int(cfg.run.eval_episodes), 32), vectorization="sync")
 

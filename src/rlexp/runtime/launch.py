@@ -1,6 +1,6 @@
 """Trials in their own processes without paying Python's and TensorFlow's start-up each time.
 
-A multiprocessing forkserver imports TensorFlow, Keras, Hydra and rlexp once (`rlexp.preload`); every trial
+A multiprocessing forkserver imports TensorFlow, Keras, Hydra and rlexp once (`rlexp.runtime.preload`); every trial
 is then a fresh process forked from it, so its memory and TensorFlow's global state end with it, and its
 result comes back through a pipe the moment it finishes. `start_method=spawn` starts a new interpreter per
 trial instead (for envs that can't be forked)."""
@@ -16,7 +16,7 @@ from typing import Any, Callable, Sequence
 
 import cloudpickle
 
-PRELOAD = ["rlexp.preload"]
+PRELOAD = ["rlexp.runtime.preload"]
 _CONTEXTS: dict[str, Any] = {}
 
 

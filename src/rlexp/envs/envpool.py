@@ -4,7 +4,7 @@ EnvPool does in C++ what `make_envs(..., preprocess=True)` builds from gymnasium
 max-and-skip, grayscale, area resize, frame stack) and steps the envs on its own threads. It restarts a
 finished episode on the *next* step; `EnvPoolAtari` resets it in the same step instead, like rlexp's other
 vector envs (`info["final_obs"]` holds the last observation). With `life_loss`, `info["life_loss"]` flags the
-steps that lose a life while the game goes on (as `rlexp.wrappers.LifeLossInfo` does for gymnasium's envs).
+steps that lose a life while the game goes on (as `rlexp.envs.wrappers.LifeLossInfo` does for gymnasium's envs).
 """
 from __future__ import annotations
 

@@ -1,0 +1,1 @@
+"""Results across runs: mode=plot's curves and tables, and seed statistics (rliable)."""

@@ -1,0 +1,3 @@
+from rlexp.presets.tables import agent_tables
+
+print(agent_tables())

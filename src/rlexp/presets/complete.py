@@ -1,0 +1,58 @@
+"""The chosen presets are complete (an env preset has every make_envs key, an agent preset a _target_, a model
+preset layers), and where a chosen preset was read from."""
+from __future__ import annotations
+
+import inspect
+from pathlib import Path
+
+from omegaconf import DictConfig
+
+from rlexp.errors import UserError
+
+
+def preset_file(group: str, name: str) -> str:
+    """Where the chosen preset `group/name.yaml` was read from (the first config source holding it)."""
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        sources = HydraConfig.get().runtime.config_sources
+    except ValueError:
+        return f"{group}/{name}.yaml"
+    for source in sources:
+        path = str(source.path)
+        if source.schema == "file":
+            candidate = Path(path) / group / f"{name}.yaml"
+            if candidate.exists():
+                return str(candidate)
+        elif source.schema == "pkg":
+            from importlib import resources
+
+            try:
+                if resources.files(path).joinpath(group, f"{name}.yaml").is_file():
+                    return f"{group}/{name}.yaml (shipped with rlexp)"
+            except (ModuleNotFoundError, TypeError):
+                continue
+    return f"{group}/{name}.yaml"
+
+
+def check_presets(cfg: DictConfig, choices: dict[str, str]) -> None:
+    """The chosen presets are complete: an env preset has every make_envs key (`defaults: [generic]`), an
+    agent preset a _target_, a model preset layers."""
+    from rlexp.envs.make import make_envs
+
+    env_keys = {"id", "clip_rewards", *(p for p in inspect.signature(make_envs).parameters
+                                        if p not in ("env_id", "seed", "render_mode", "_"))}
+    given = set(cfg.env.keys())
+    missing, unknown = sorted(env_keys - given), sorted(given - env_keys)
+    where = preset_file("env", choices.get("env", "?"))
+    if unknown:
+        raise UserError(f"env preset {where}: unknown key {unknown[0]!r}; env keys are {', '.join(sorted(env_keys))}")
+    if missing:
+        raise UserError(f"env preset {where} lacks {', '.join(missing)}; start it with `defaults: [generic]` "
+                        "(or the preset it varies)")
+    if "_target_" not in cfg.agent:
+        raise UserError(f"agent preset {preset_file('agent', choices.get('agent', '?'))} has no _target_; start it "
+                        "with `defaults: [ppo]` (the agent it tunes) or set _target_: rlexp.agents.<Agent>")
+    if not cfg.model.get("layers"):
+        raise UserError(f"model preset {preset_file('model', choices.get('model', '?'))} has no layers; "
+                        "start from a copy of conf/model/mlp.yaml (python -m rlexp mode=init +dir=myconf)")

@@ -1,0 +1,68 @@
+"""A preset merged over the composed config as the defaults list would merge it: tuned presets, the command
+line's values applied again over it, a line naming what the merge overrides of the user's own presets, and a
+recurrent model's minibatches of whole sequences."""
+from __future__ import annotations
+
+import logging
+from typing import Any
+
+from hydra.core.override_parser.overrides_parser import OverridesParser
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rlexp.presets.sources import SECTIONS, hydra_preset, own_keys
+
+log = logging.getLogger("rlexp")
+
+
+def merge_tuned(cfg: DictConfig, path: Any, overrides: list[str]) -> DictConfig:
+    """cfg with a tuned preset file merged in as the defaults list merges `tuned` (over the agent, env, model and
+    buffer presets), the command line's values applied again over it."""
+    preset = OmegaConf.load(path)
+    merged = OmegaConf.merge(cfg, {key: preset[key] for key in SECTIONS if key in preset})
+    apply_overrides(merged, overrides)
+    with open_dict(merged):
+        fit_sequences(merged)
+    return merged
+
+
+def apply_overrides(cfg: DictConfig, overrides: list[str]) -> None:
+    """The command line's values of the hyperparameter sections set again (they win over any preset)."""
+    for override in OverridesParser.create().parse_overrides(overrides):
+        key = override.get_key_element().lstrip("+~")
+        if key.split(".")[0] in SECTIONS and "." in key and not override.is_delete():
+            OmegaConf.update(cfg, key, override.value(), force_add=True)
+
+
+def say_overridden(cfg: DictConfig, sections: Any, choices: dict[str, str], by: str) -> None:
+    """One line naming the keys of the user's own presets (--config-dir) that `by` (a tuned preset or an RL Zoo
+    row, merged over them) sets to other values."""
+    lost = []
+    for group in SECTIONS:
+        if group not in choices or group not in cfg or group not in sections:
+            continue
+        keys = own_keys(group, choices[group]) & set(sections[group].keys())
+        path, _ = hydra_preset(group, choices[group])
+        mine = OmegaConf.load(path) if keys else {}
+        changed = [f"{group}.{key}" for key in sorted(keys) if mine.get(key, None) != sections[group][key]]
+        lost += [f"{', '.join(changed)} ({path})"] if changed else []
+    if lost:
+        log.info(f"{by} sets {'; '.join(lost)} over your own presets: set them on the command line to keep yours")
+
+
+def fit_sequences(cfg: DictConfig) -> None:
+    """With a recurrent model, minibatches are whole sequences (see OnPolicyAgent's sequence_length): when
+    agent.sequence_length is unset and the rollout's n_envs sequences don't split into agent.mini_batches,
+    cut each env's rollout into the longest sequences that do (the fallbacks' minibatches of 64 transitions
+    become one 64-step sequence each, as sb3-contrib's RecurrentPPO takes 64 consecutive steps)."""
+    agent = cfg.agent
+    if "mini_batches" not in agent or "sequence_length" not in agent or agent.sequence_length is not None:
+        return
+    if not any(layer.get("type") in ("lstm", "gru") for layer in cfg.model.get("layers") or []):
+        return  # (rlexp.models.networks.is_recurrent, without importing Keras before TensorFlow is set up)
+    n_steps, n_envs, mini_batches = int(agent.n_steps), int(cfg.env.n_envs), int(agent.mini_batches)
+    if mini_batches < 1 or (n_envs % mini_batches == 0):
+        return
+    fits = [length for length in range(n_steps, 0, -1) if n_steps % length == 0
+            and (n_steps // length * n_envs) % mini_batches == 0]
+    if fits:
+        agent.sequence_length = fits[0]

@@ -1,0 +1,118 @@
+"""RL Zoo's row for a pair merged into the run's config (over the agent, env, model and buffer presets, as a
+tuned preset is): which row a run trains (shipped, or the user's zoo.file / zoo.row), and the merge itself."""
+from __future__ import annotations
+
+import importlib.resources
+from typing import Any
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rlexp.presets.merge import apply_overrides, fit_sequences, say_overridden
+from rlexp.presets.sources import SECTIONS, own_keys
+from rlexp.presets.zoo import ZooRow, ZooRowError, row_for, translate
+
+
+def zoo_row(agent: str, cfg: DictConfig, shipped_rows: bool = False) -> tuple[ZooRow | None, str]:
+    """(the RL Zoo row the run trains, or None; why a shipped row is not used). A row of the user's own file
+    (zoo.file / zoo.row) that is missing or that rlexp cannot honour stops the run in one line; a shipped one is
+    said and the fallback takes over. zoo.rows=false turns the shipped rows off, except under a tuned preset set
+    over its row (`shipped_rows`)."""
+    zoo = cfg.get("zoo") or {}
+    users = bool(zoo.get("file") or zoo.get("row"))
+    if not zoo.get("rows", True) and not users and not shipped_rows:
+        return None, ""
+    row = row_for(agent, cfg)
+    if row is None:
+        if users:
+            from rlexp.presets.zoo import load_file, zoo_file_of
+
+            rows, name, _ = load_file(zoo_file_of(agent, cfg.get("model")) or agent, zoo.get("file"))
+            raise ZooRowError(f"zoo.file={zoo.get('file')}: {name} has no row for {cfg.env.id}; it has "
+                              f"{', '.join(sorted(rows))} (zoo.row=<name> trains one of them on this env)")
+        return None, ""
+    try:
+        translate(row)
+    except ZooRowError as error:
+        if users:
+            raise
+        return None, f" ({error}, so not that row)"
+    return row, ""
+
+
+def registered(env_id: str) -> bool:
+    """Whether gymnasium knows the id (ale-py's games included)."""
+    import gymnasium as gym
+
+    from rlexp.envs.spaces import is_atari
+
+    is_atari(env_id)  # (rlexp.envs.make registers ale-py's games)
+    try:
+        gym.spec(env_id)
+        return True
+    except Exception:  # noqa: BLE001 - unknown ids, namespaces, modules
+        return False
+
+
+def over_row(path: Any) -> bool:
+    """Whether a tuned preset is set over its pair's RL Zoo row (rlexp's shipped ones, and copies of them, say so
+    in their first comment lines); others (autotune's, an rlexp agent's) hold the pair's whole values."""
+    head = []
+    for line in path.read_text().splitlines():
+        if not line.startswith("#"):
+            break
+        head.append(line)
+    return "RL Zoo's row" in " ".join(head[:3])
+
+
+def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[str, str],
+              over: DictConfig | None = None) -> DictConfig:
+    """cfg with an RL Zoo row merged in over the agent, env, model and buffer presets (as a tuned preset is), the
+    `over` preset's sections (a shipped tuned preset's) and the command line's values applied again over it. The
+    row's network replaces the model preset unless the command line chose one (`model=`), the model is recurrent,
+    or it is your own edited preset. A key the user's own presets set that the row overrides is said."""
+    sections = translate(row)
+    model = sections.pop("model")
+    # run.*: the row's n_timesteps only where nothing but config.yaml set the length (a config group of yours, a
+    # tuned preset and the command line win); the stop rule is rlexp's (tuned presets set it)
+    steps = sections.pop("run")["max_steps"]
+    if float(cfg.run.max_steps) == default_max_steps():
+        sections["run"] = {"max_steps": steps}
+    chosen = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    if "buffer" in chosen:  # buffer=prioritized etc.: the row's sizes, the chosen buffer's class
+        sections.get("buffer", {}).pop("_target_", None)
+    if sections["env"].get("wrappers") and cfg.env.get("wrappers"):  # the env preset's wrappers first
+        sections["env"]["wrappers"] = [*OmegaConf.to_container(cfg.env.wrappers), *sections["env"]["wrappers"]]
+    above = {key: over[key] for key in SECTIONS if over is not None and key in over and key != "run"}  # (composed)
+    merged = OmegaConf.merge(cfg, sections, {key: value for key, value in above.items() if key != "model"})
+    recurrent = any(layer.get("type") in ("lstm", "gru") for layer in cfg.model.get("layers") or [])
+    yours = "model" in choices and bool(own_keys("model", choices["model"]))  # your own edited model preset
+    with open_dict(merged):
+        if "model" not in chosen and not recurrent and not yours:  # (a recurrent model: what such a run is about)
+            merged.model = OmegaConf.merge(OmegaConf.create(model), above.get("model", {}))
+    by_row = {group: {key: value for key, value in keys.items() if key not in (above.get(group) or {})}
+              for group, keys in sections.items()}  # (what `over` sets again, its own line names)
+    say_overridden(cfg, by_row, choices, f"RL Zoo's row {row.file} {row.key}")
+    apply_overrides(merged, overrides)
+    with open_dict(merged):
+        fit_sequences(merged)
+        given = chosen | {f"agent.{key}" for key in (above.get("agent") or {})}
+        decay = exploration_steps(row, merged, given)
+        if decay is not None:
+            merged.agent.epsilon_decay_steps = decay
+    return merged
+
+
+def default_max_steps() -> float:
+    """conf/config.yaml's run.max_steps: a run whose length nothing else set."""
+    return float(OmegaConf.load(importlib.resources.files("rlexp.conf") / "config.yaml").run.max_steps)
+
+
+def exploration_steps(row: ZooRow, cfg: DictConfig, given: set[str]) -> int | None:
+    """DQN's epsilon decays over exploration_fraction of the run's own length (SB3: of total_timesteps), also
+    where run.max_steps is not the row's n_timesteps; None where the decay was given (command line, preset)."""
+    if row.algo != "dqn" or "agent.epsilon_decay_steps" in given:
+        return None
+    from rlexp.presets.zoo import SB3_DEFAULTS
+
+    fraction = float({**SB3_DEFAULTS["dqn"], **row.values}["exploration_fraction"])
+    return int(fraction * float(cfg.run.max_steps))
