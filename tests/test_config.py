@@ -102,6 +102,25 @@ def test_documented_agent_tables_match_the_presets():
     assert agent_tables().strip() in reference, "docs/configuration.md is stale: run `python -m rlexp.presets`"
 
 
+def test_the_architecture_map_names_what_is_under_src():
+    """docs/architecture.md: every path it names exists under src/, and it names every package and every
+    top-level module of src/rlexp."""
+    import re
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    src = root / "src"
+    doc = (root / "docs" / "architecture.md").read_text()
+    named = set(re.findall(r"`(rlexp/[A-Za-z0-9_/.]*)`", doc))
+    assert named, "docs/architecture.md names no rlexp/ paths"
+    missing = sorted(path for path in named if not (src / path).exists())
+    assert not missing, f"docs/architecture.md names paths that are not under src/: {missing}"
+    packages = {f"{p.parent.relative_to(src).as_posix()}/" for p in (src / "rlexp").rglob("__init__.py")} - {"rlexp/"}
+    modules = {p.relative_to(src).as_posix() for p in (src / "rlexp").glob("*.py")}
+    unnamed = sorted((packages | modules) - named)
+    assert not unnamed, f"docs/architecture.md does not name {unnamed}: add a line for each"
+
+
 def test_readme_python_blocks_run(tmp_path, monkeypatch):
     import re
     from pathlib import Path
