@@ -368,3 +368,37 @@ def test_atari_run_records_its_precision_and_resumes_on_envpool(tmp_path):
     from rlexp.agents.base import Agent
 
     assert Agent.read_state(run / "checkpoints" / "last.ckpt")["steps"] == 256
+
+
+def test_a_run_dir_from_before_the_envs_package_evaluates_plays_and_resumes(tmp_path):
+    """Run dirs trained when env wrappers were rlexp.wrappers.X (before rlexp.envs became a package) name that
+    path in their stored config (.hydra/config.yaml, each checkpoint's state): eval, play and +resume read it as
+    rlexp.envs.wrappers.X."""
+    import json
+
+    result = rlexp(tmp_path, "env=cartpole_novel", "model=mlp", *TINY_PPO, "run.max_steps=256")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = run_dirs(tmp_path)
+    old, new = "rlexp.wrappers.MaskVelocity", "rlexp.envs.wrappers.MaskVelocity"
+    config = run / ".hydra" / "config.yaml"
+    assert new in config.read_text()
+    config.write_text(config.read_text().replace(new, old))
+    for ckpt in (run / "checkpoints").glob("*.ckpt"):
+        with np.load(ckpt) as data:
+            arrays = {name: data[name] for name in data.files}
+        state = json.loads(bytes(arrays["state"]).decode())
+        assert state["config"]["env"]["wrappers"] == [{"_target_": new}]
+        state["config"]["env"]["wrappers"] = [{"_target_": old}]
+        arrays["state"] = np.frombuffer(json.dumps(state).encode(), np.uint8)
+        with open(ckpt, "wb") as f:
+            np.savez(f, **arrays)
+    result = rlexp(tmp_path, "mode=eval", "run.eval_episodes=2", f"+checkpoint={run}")
+    assert result.returncode == 0 and "eval:" in result.stdout, result.stdout + result.stderr
+    result = rlexp(tmp_path, "mode=play", "play.episodes=1", f"+checkpoint={run}", "+video_dir=videos")
+    assert result.returncode == 0, result.stdout + result.stderr
+    result = rlexp(tmp_path, f"+resume={run}", "run.max_steps=512")
+    assert result.returncode == 0 and "resumed" in result.stdout, result.stdout + result.stderr
+    from rlexp.agents.base import Agent
+
+    state = Agent.read_state(run / "checkpoints" / "last.ckpt")
+    assert state["steps"] >= 512 and state["config"]["env"]["wrappers"] == [{"_target_": new}]

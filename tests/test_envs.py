@@ -324,3 +324,23 @@ def test_frame_replay_keeps_the_stacks_across_a_lost_life():
     obs, _ = buffer._stacks(np.zeros(len(seen), np.int64), np.arange(1, len(seen) + 1))
     np.testing.assert_array_equal(obs, np.concatenate(seen))
     envs.close()
+
+
+def test_wrapper_targets_from_before_the_envs_package_still_build():
+    """`rlexp.wrappers.X` (env presets copied by mode=init and run dirs from before rlexp.envs was a package) is
+    rlexp.envs.wrappers.X; a stored run config is read with the current path."""
+    from omegaconf import OmegaConf
+
+    from rlexp.envs.make import env_wrappers
+    from rlexp.envs.wrappers import MaskVelocity
+    from rlexp.runs.dirs import with_legacy_defaults
+
+    env = gym.make("CartPole-v1")
+    for target in ("rlexp.wrappers.MaskVelocity", "rlexp.envs.wrappers.MaskVelocity"):
+        (wrap,) = env_wrappers([{"_target_": target}])
+        assert isinstance(wrap(env), MaskVelocity)
+    stored = OmegaConf.create({"env": {"id": "CartPole-v1", "wrappers": [{"_target_": "rlexp.wrappers.MaskVelocity"},
+                                                                          {"_target_": "gymnasium.wrappers.ClipReward",
+                                                                           "min_reward": -1}]}})
+    assert [w._target_ for w in with_legacy_defaults(stored).env.wrappers] == [
+        "rlexp.envs.wrappers.MaskVelocity", "gymnasium.wrappers.ClipReward"]
