@@ -174,10 +174,10 @@ PATCHES = {
     "rlexp.envs.make": patch_envs,
     "rlexp.runs.history": lambda m: patch(m.History, "flush", "saving: history.parquet"),
     "rlexp.runs.tracking": lambda m: [patch(m.TensorBoard, name, "saving: TensorBoard")
-                                 for name in ("__init__", "scalars", "flush", "close")],
+                                      for name in ("__init__", "scalars", "flush", "close")],
     "rlexp.runs.logs": lambda m: [patch(m, name, "saving: run dir, config, log, summary")
-                             for name in ("attach_run_log", "detach_run_log")],
-    "rlexp.checks.values": lambda m: patch(m, "check_presets", "config: checks, fallback/tuned presets"),
+                                  for name in ("attach_run_log", "detach_run_log")],
+    "rlexp.presets.complete": lambda m: patch(m, "check_presets", "config: checks, fallback/tuned presets"),
     "rlexp.presets.fallbacks": lambda m: patch(m, "apply_fallback", "config: checks, fallback/tuned presets"),
     "tensorflow.python.eager.polymorphic_function.tracing_compilation": patch_tracing,
 }

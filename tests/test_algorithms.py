@@ -11,8 +11,8 @@ from rlexp.agents.ppo import clipped_surrogate
 from rlexp.agents.td3 import smoothed_target_actions
 from rlexp.agents.trpo import assign_flat, conjugate_gradient, flat_concat
 from rlexp.buffers import GraphReplayBuffer, ReplayBuffer, RolloutBuffer
-from rlexp.envs.make import make_envs
 from rlexp.envs.graph import NUMPY
+from rlexp.envs.make import make_envs
 from rlexp.envs.normalize import RunningMeanStd
 
 

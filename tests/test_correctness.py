@@ -7,8 +7,8 @@ import pytest
 from rlexp.agents import DDPG, DQN, PPO
 from rlexp.buffers import ReplayBuffer
 from rlexp.envs.make import make_envs
-from rlexp.errors import UserError
 from rlexp.envs.normalize import RunningMeanStd
+from rlexp.errors import UserError
 
 
 def normalised(raw, mean, var, clip=10.0):

@@ -13,8 +13,8 @@ import numpy as np
 import pandas as pd
 import pytest
 
-from rlexp.runs.checkpoints import DamagedCheckpoint
 from rlexp.errors import UserError
+from rlexp.runs.checkpoints import DamagedCheckpoint
 from test_cli import rlexp as cli
 from test_ux import rlexp as cli_limited
 

@@ -3,9 +3,9 @@ import gymnasium as gym
 import numpy as np
 import pytest
 
+from rlexp.envs.graph import GraphCartPole, GraphPendulum
 from rlexp.envs.make import make_envs
 from rlexp.errors import UserError
-from rlexp.envs.graph import GraphCartPole, GraphPendulum
 
 
 def test_vector_cartpole_matches_env_copies():

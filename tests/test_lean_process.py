@@ -30,9 +30,9 @@ print(read_frame(sys.argv[1])["step"].tolist())
 THREADS = """
 import os, sys
 from pathlib import Path
+from rlexp.analysis.plots import load_run
 from rlexp.runs.evaluation import Evaluator
 from rlexp.runs.history import History
-from rlexp.analysis.plots import load_run
 from rlexp.sweep.scheduler import steps_on_disk
 
 run = Path(sys.argv[1])

@@ -3,9 +3,9 @@ import numpy as np
 import pytest
 import tensorflow as tf
 
+from rlexp.agents.dqn import DQN, huber, q_targets
 from rlexp.agents.on_policy import gae
 from rlexp.agents.on_policy import compute_gae
-from rlexp.agents.dqn import DQN, huber, q_targets
 from rlexp.buffers import ReplayBuffer
 from rlexp.envs.make import make_envs
 

@@ -4,8 +4,8 @@ import pytest
 import tensorflow as tf
 
 from rlexp.agents import A2C, PPO, TRPO
-from rlexp.envs.make import make_envs
 from rlexp.envs.graph import NUMPY
+from rlexp.envs.make import make_envs
 from rlexp.models.networks import build_model
 from rlexp.models.numpy_mirror import ACTIVATIONS, NumpyModel
 

@@ -233,8 +233,8 @@ def test_runs_too_large_for_the_memory_are_refused_before_they_start(tmp_path, a
 # ----- output folders -------------------------------------------------------------------------------------
 def test_output_folders_that_permission_bits_call_writable_are_tried():
     """/proc passes os.access for root, but nothing can be made in it: the check makes (and removes) a folder."""
-    from rlexp.runs.files import check_writable
     from rlexp.envs.playback import check_writable_dir
+    from rlexp.runs.files import check_writable
 
     with pytest.raises(UserError, match=r"^run_dir=/proc/r: /proc (is not writable|can't hold a new directory \()"):
         check_writable(Path("/proc/r"), "run_dir=/proc/r")

@@ -19,8 +19,8 @@ from gymnasium.wrappers import TimeLimit
 
 from rlexp.agents import A2C, ACER, DDPG, DQN, PPO, TD3, TRPO
 from rlexp.buffers import ReplayBuffer
-from rlexp.envs.make import make_envs
 from rlexp.envs.graph import GraphVectorEnv
+from rlexp.envs.make import make_envs
 
 MAX_STEPS = 4  # the TimeLimit
 TERMINATE_AT = (None, 3, 4)  # per env (None: never)
@@ -64,7 +64,7 @@ class CountEnv(gym.Env):
 
 
 def count_envs(**kwargs):
-    """The three envs above as a same-step autoreset vector env, as `rlexp.envs.make.make_envs` builds them."""
+    """The three envs above as a same-step autoreset vector env, as `rlexp.envs.make_envs` builds them."""
     makers = [lambda tag=tag, end=end: TimeLimit(CountEnv(tag, end, **kwargs), MAX_STEPS)
               for tag, end in enumerate(TERMINATE_AT)]
     return gym.vector.SyncVectorEnv(makers, autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)

@@ -12,9 +12,9 @@ from pathlib import Path
 
 import pytest
 
+from rlexp.commands.init import PRESET_GROUPS
 from rlexp.errors import UserError
 from rlexp.runs import files
-from rlexp.commands.init import PRESET_GROUPS
 from rlexp.runs.files import write_atomic
 
 TESTS = Path(__file__).parent

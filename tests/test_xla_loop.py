@@ -9,10 +9,10 @@ import pytest
 import tensorflow as tf
 
 from rlexp.agents import PPO, TD3, TRPO
-from rlexp.runtime.compile_cache import FLAG, cache_dir, configure_compile_cache, prune
+from rlexp.envs.graph import GraphVectorEnv
 from rlexp.envs.make import make_envs
 from rlexp.errors import UserError
-from rlexp.envs.graph import GraphVectorEnv
+from rlexp.runtime.compile_cache import FLAG, cache_dir, configure_compile_cache, prune
 
 TINY = {"_target_": "rlexp.models.networks.MLP", "units": [16]}
 

@@ -180,9 +180,9 @@ def check_memory_first(cfg: DictConfig, cls: type, buffer: Any, model: Mapping[s
     """The run's memory needs (rlexp.checks.memory) from the spaces of one probe env, before env.n_envs envs are made
     (the agent checks them again once built): a run too large for the machine is refused without making a
     million env copies first."""
+    from rlexp.checks.memory import check_fits
     from rlexp.envs.make import env_from_config
     from rlexp.envs.spaces import is_image
-    from rlexp.checks.memory import check_fits
 
     probe = env_from_config(cfg.env, cfg.seed, n_envs=1, vectorization="sync")
     try:

@@ -21,8 +21,8 @@ from rlexp.commands.play import play_or_eval
 from rlexp.commands.plot import plot_runs
 from rlexp.commands.train import train
 from rlexp.errors import RunFailed, Started, TrialFailed, UserError
-from rlexp.runtime.quiet import quiet_libraries, skip_keras_extras
 from rlexp.runs.dirs import in_sweep
+from rlexp.runtime.quiet import quiet_libraries, skip_keras_extras
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported (lazily, in the task)
 

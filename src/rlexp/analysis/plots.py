@@ -16,9 +16,9 @@ from omegaconf import OmegaConf
 
 from rlexp.errors import UserError
 from rlexp.runs.dirs import with_legacy_defaults
+from rlexp.runs.dirs import flat
 from rlexp.runs.files import write_atomic
 from rlexp.runs.history import read_frame
-from rlexp.runs.dirs import flat
 
 GRID_POINTS = 200
 # keys that don't change what is learned: runs differing only in these are seeds of one configuration

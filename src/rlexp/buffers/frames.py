@@ -6,8 +6,8 @@ from typing import Any
 import numpy as np
 
 from rlexp.buffers.replay import _check_sizes
-from rlexp.errors import UserError
 from rlexp.checks.memory import Need, space_bytes
+from rlexp.errors import UserError
 
 
 class FrameBuffer:

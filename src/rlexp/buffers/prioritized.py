@@ -9,8 +9,8 @@ import numpy as np
 
 from rlexp.buffers.replay import NStepReplayBuffer, ReplayBuffer
 from rlexp.buffers.sumtree import SumTree
-from rlexp.errors import UserError
 from rlexp.checks.memory import Need, human
+from rlexp.errors import UserError
 
 
 class PrioritizedReplayBuffer(ReplayBuffer):

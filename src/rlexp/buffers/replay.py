@@ -6,8 +6,8 @@ from typing import Any
 
 import numpy as np
 
-from rlexp.errors import UserError
 from rlexp.checks.memory import Need, space_bytes
+from rlexp.errors import UserError
 
 
 def _check_sizes(max_size: int, initial_size: int | None, batch_size: int) -> tuple[int, int, int]:

@@ -5,8 +5,8 @@ from typing import Any
 
 import numpy as np
 
-from rlexp.errors import UserError
 from rlexp.checks.memory import Need, human, space_bytes
+from rlexp.errors import UserError
 
 
 class RolloutBuffer:

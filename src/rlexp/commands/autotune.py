@@ -23,10 +23,10 @@ from omegaconf import DictConfig, OmegaConf
 
 from rlexp.checks.values import _number, _one_of
 from rlexp.errors import UserError
-from rlexp.presets.sources import hydra_preset, parent_preset, preset_exists
-from rlexp.runs.files import check_writable, write_atomic
 from rlexp.presets.portfolio import portfolio
+from rlexp.presets.sources import hydra_preset, parent_preset, preset_exists
 from rlexp.runs.dirs import GENERIC_ENV, absolute, choices, env_display_name, in_sweep, original_cwd
+from rlexp.runs.files import check_writable, write_atomic
 from rlexp.sweep.report import FOR_AUTOTUNE
 
 log = logging.getLogger("rlexp")

@@ -6,8 +6,8 @@ import logging
 from omegaconf import DictConfig
 
 from rlexp.errors import UserError
-from rlexp.runs.files import check_writable, write_atomic
 from rlexp.runs.dirs import absolute
+from rlexp.runs.files import check_writable, write_atomic
 
 log = logging.getLogger("rlexp")
 

@@ -8,10 +8,10 @@ from pathlib import Path
 from omegaconf import DictConfig, OmegaConf
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
-from rlexp.runs.checkpoints import DamagedCheckpoint
-from rlexp.runs.evaluation import deterministic_eval, eval_kind, evaluate, mean_std
 from rlexp.errors import UserError
+from rlexp.runs.checkpoints import DamagedCheckpoint
 from rlexp.runs.dirs import absolute, find_checkpoint, stored_config
+from rlexp.runs.evaluation import deterministic_eval, eval_kind, evaluate, mean_std
 
 log = logging.getLogger("rlexp")
 

@@ -10,13 +10,13 @@ from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.build import build_agent, setup_tensorflow, startup_done
-from rlexp.runs.checkpoints import PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
 from rlexp.errors import RunFailed, UserError
+from rlexp.runs.checkpoints import PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
+from rlexp.runs.dirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep,
+                             new_run_dir, run_config, run_dir_key, stored_config, task_overrides, write_run_config)
 from rlexp.runs.evaluation import (deterministic_eval, deterministic_final_eval, eval_envs, eval_kind, evaluate,
-                              mean_std)
+                                   mean_std)
 from rlexp.runs.files import check_writable
-from rlexp.runs.dirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep, new_run_dir,
-                           run_config, run_dir_key, stored_config, task_overrides, write_run_config)
 from rlexp.runs.lock import RunLock
 
 log = logging.getLogger("rlexp")

@@ -12,10 +12,10 @@ from gymnasium.envs.classic_control.cartpole import CartPoleVectorEnv
 
 from rlexp.envs.envpool import EnvPoolAtari
 from rlexp.envs.envpool import available as envpool_available
-from rlexp.errors import UserError
 from rlexp.envs.graph import GRAPH_ENVS
 from rlexp.envs.spaces import is_structured
 from rlexp.envs.wrappers import LifeLossInfo, current_target
+from rlexp.errors import UserError
 
 
 def _atari_wrappers(screen_size: int, frame_stack: int, max_frame: bool, noop_max: int, life_loss: bool) -> list:

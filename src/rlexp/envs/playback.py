@@ -11,9 +11,9 @@ from typing import Any, Sequence
 
 import numpy as np
 
+from rlexp.envs.wrappers import with_lost_lives
 from rlexp.errors import UserError
 from rlexp.runs.files import cannot_make_dir_in
-from rlexp.envs.wrappers import with_lost_lives
 
 log = logging.getLogger("rlexp")
 

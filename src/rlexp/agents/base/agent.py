@@ -18,13 +18,13 @@ from rlexp.agents.base.acting import Acting
 from rlexp.agents.base.checkpointing import Checkpointing
 from rlexp.agents.base.graph_steps import GraphSteps
 from rlexp.agents.base.loop import FitLoop
-from rlexp.envs.spaces import is_image, is_structured, observation_parts, space_kind
-from rlexp.errors import UserError
-from rlexp.runs.history import History
 from rlexp.checks.memory import Need, check_fits, init_default
-from rlexp.models.networks import build_model, is_recurrent
 from rlexp.envs.normalize import Normalizer
+from rlexp.envs.spaces import is_image, is_structured, observation_parts, space_kind
 from rlexp.envs.wrappers import with_lost_lives
+from rlexp.errors import UserError
+from rlexp.models.networks import build_model, is_recurrent
+from rlexp.runs.history import History
 
 MIXED_PRECISION = (False, True, "float16", "bfloat16")
 
@@ -68,7 +68,7 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
     """Base agent: owns the loop (collect, train, log, save); algorithms override what differs.
 
     Args:
-        envs: a gymnasium vector env (see `rlexp.envs.make.make_envs`).
+        envs: a gymnasium vector env (see `rlexp.envs.make_envs`).
         model: a model preset (mapping) or preset name; None or 'auto' picks one from the observations.
         buffer: a replay buffer (off-policy agents).
         seed: seeds NumPy, TensorFlow, Keras's initialisers and the envs' resets, and turns on TensorFlow's
@@ -124,7 +124,7 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
         autoreset = getattr(envs, "metadata", {}).get("autoreset_mode", gym.vector.AutoresetMode.SAME_STEP)
         if autoreset != gym.vector.AutoresetMode.SAME_STEP:
             raise UserError(f"rlexp needs vector envs that reset in the step an episode ends: build them with "
-                            f"rlexp.envs.make.make_envs, or gym.make_vec(..., vector_kwargs={{'autoreset_mode': "
+                            f"rlexp.envs.make_envs, or gym.make_vec(..., vector_kwargs={{'autoreset_mode': "
                             f"gym.vector.AutoresetMode.SAME_STEP}}) (got {autoreset})")
         from rlexp.checks.values import check_seed
 
@@ -135,7 +135,7 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
             keras.utils.set_random_seed(int(seed))
             tf.config.experimental.enable_op_determinism()
         if is_structured(envs.single_observation_space):
-            raise UserError("Dict/Tuple observations: build the envs with rlexp.envs.make.make_envs, which flattens them "
+            raise UserError("Dict/Tuple observations: build the envs with rlexp.envs.make_envs, which flattens them "
                             "for the agent (the model splits them into their parts again)")
         # Dict/Tuple observations arrive flattened by make_envs, which keeps their structure here
         self.structured_space = getattr(envs, "structured_observation_space", None)

@@ -8,8 +8,8 @@ from typing import Any
 import numpy as np
 import tensorflow as tf
 
-from rlexp.runs.checkpoints import PREVIOUS, read_arrays, read_state
 from rlexp.errors import UserError
+from rlexp.runs.checkpoints import PREVIOUS, read_arrays, read_state
 from rlexp.runs.files import write_atomic
 
 

@@ -14,9 +14,9 @@ from rlexp.agents.distributions import no_autograph
 from rlexp.agents.on_policy.policy import PolicyDistribution
 from rlexp.agents.on_policy.recurrent import RecurrentState
 from rlexp.agents.on_policy.rollouts import Rollouts
+from rlexp.checks.memory import Need, activation_floats, init_default, space_bytes
 from rlexp.envs.spaces import space_kind
 from rlexp.errors import UserError
-from rlexp.checks.memory import Need, activation_floats, init_default, space_bytes
 
 
 class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
