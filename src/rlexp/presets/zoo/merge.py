@@ -45,7 +45,7 @@ def registered(env_id: str) -> bool:
 
     from rlexp.envs.spaces import is_atari
 
-    is_atari(env_id)  # (rlexp.envs.make registers ale-py's games)
+    is_atari(env_id)  # (importing rlexp.envs.spaces registered ale-py's games)
     try:
         gym.spec(env_id)
         return True
