@@ -1,5 +1,5 @@
-"""RL Zoo's rows in rlexp: every row of the shipped hyperparameter files (src/rlexp/presets/zoo/hyperparams), mapped or
-refused with the reason; and for one row per algorithm, the hyperparameters of the agent rlexp builds from the row
+"""RL Zoo's rows in rlexp: every row of the shipped hyperparameter files (src/rlexp/presets/zoo/hyperparams),
+mapped or refused with the reason; and for one row per algorithm, the hyperparameters of the agent rlexp builds from the row
 against those of the model Stable-Baselines3 builds from it (benchmarks/sb3_zoo_row.py, in SB3's virtualenv), in
 SB3's conventions: zero differences, or each explained.
 
