@@ -269,13 +269,14 @@ def test_a_final_evaluation_that_draws_actions_otherwise_than_the_last_periodic_
 def test_autotune_rungs_start_after_the_warm_up_and_leave_room_for_the_trials_running_beside_the_last():
     """TD3 with 10,000 random steps, 200,000 env steps over 10 trials x 2 seeds, 2 job slots (one trial at a time):
     100,000 per seed less 10 warm-ups leaves 0 steps... so a budget of 3x: 300,000 / 2 = 150,000 - 100,000 = 50,000
-    over 9 + 9 x 7/3 + 1 x (9 - 7/3) = 36.67 first-rung lengths: L = 1,363; rungs at 11,363 and 14,089."""
+    over 9 + 9 x 7/3 + 1 x (9 - 7/3) = 36.67 first-rung lengths: L = 1,363; rungs 11,363 and 14,089 moved up to
+    the evaluations (every L steps) after them: 9 L = 12,267 and 11 L = 14,993."""
     from rlexp.commands.autotune import check_budget
 
     defaults = OmegaConf.load(Path(__file__).parents[1] / "conf" / "config.yaml").autotune
     budget = check_budget(OmegaConf.create({"autotune": {**defaults, "budget": 3}}), 100_000, 10_000, 2)
     assert budget.eval_interval == 1_363 and budget.trial_steps == 10_000 + 9 * 1_363
-    assert budget.rung_steps == [11_363, 14_089]
+    assert budget.rung_steps == [12_267, 14_993]
 
 
 def test_the_portfolio_takes_your_presets_first_then_the_nearest_training_length_and_skips_repeats(monkeypatch):
@@ -345,7 +346,7 @@ def test_a_report_past_max_steps_is_never_judged(tmp_path):
         trial_id = study.ask()._trial_id
         spec = {"storage": url, "study": "s", "trial_id": trial_id, "pruner": "median", "warmup_trials": 1,
                 "warmup_steps": 850, "reports": 10, "leader": True, "prune": True}
-        return PruningReporter(spec, max_steps=1000, on_eval=False), trial_id
+        return PruningReporter(spec, max_steps=1000, eval_interval=0), trial_id
 
     whole, whole_id = reporter()
     for step in range(128, 1024, 128):  # marks 100..800: before the pruner's warm-up ends at 850
@@ -373,7 +374,7 @@ def test_the_baseline_is_scored_at_the_rungs_but_never_pruned(tmp_path):
         trial_id = study.ask()._trial_id
         spec = {"storage": url, "study": "s", "trial_id": trial_id, "pruner": "halving", "warmup_trials": 1,
                 "warmup_steps": 100, "reports": 10, "leader": True, "prune": True, "reference": reference}
-        return PruningReporter(spec, max_steps=1000, on_eval=True), trial_id
+        return PruningReporter(spec, max_steps=1000, eval_interval=100), trial_id
 
     baseline, baseline_id = reporter(True)
     baseline.scalars(100, {"eval/mean_return": 0.0})  # behind the finished trial at the 100-step rung
@@ -381,3 +382,73 @@ def test_the_baseline_is_scored_at_the_rungs_but_never_pruned(tmp_path):
     other, _ = reporter(False)
     with pytest.raises(optuna.TrialPruned, match="pruned at step 100"):
         other.scalars(100, {"eval/mean_return": 0.0})
+
+
+# ----- trials compared at equal steps ------------------------------------------------------------------------
+def reporters_of(tmp_path, pruner="none", warmup_steps=None):
+    """A study and a maker of reporters for new trials in it: max_steps 1,000, 10 report marks (every 100 steps)."""
+    from rlexp.sweep.pruning import PruningReporter
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = optuna.create_study(study_name="s", storage=url, direction="maximize")
+
+    def reporter(eval_interval=0):
+        trial_id = study.ask()._trial_id
+        spec = {"storage": url, "study": "s", "trial_id": trial_id, "pruner": pruner, "warmup_trials": 1,
+                "warmup_steps": warmup_steps, "reports": 10, "leader": True, "prune": True}
+        return PruningReporter(spec, max_steps=1000, eval_interval=eval_interval), trial_id
+
+    return study, reporter
+
+
+def test_scores_are_reported_at_the_same_steps_whatever_the_rollout_size(tmp_path):
+    """The score grows as step / 10. A trial measured every 300 steps and one measured every 128 report the score
+    of the step each mark names, not of the step they measured it at: the first scores 30 at the 300 mark and 40 at
+    the 400 mark (between its 300 and 600 measurements), the second 20 at the 200 mark (between 128 and 256). Marks
+    before a trial's first measurement get no score."""
+    study, reporter = reporters_of(tmp_path)
+    coarse, coarse_id = reporter()
+    for step in (300, 600, 900):
+        coarse.scalars(step, {"episode/mean_return": step / 10})
+    fine, fine_id = reporter()
+    for step in range(128, 1025, 128):  # the last measured at 1,024, past the trial's end
+        fine.scalars(step, {"episode/mean_return": step / 10})
+    values = {trial_id: study._storage.get_trial(trial_id).intermediate_values for trial_id in (coarse_id, fine_id)}
+    assert values[coarse_id] == pytest.approx({300: 30.0, 400: 40.0, 500: 50.0, 600: 60.0, 700: 70.0, 800: 80.0,
+                                               900: 90.0})
+    assert values[fine_id] == pytest.approx({200: 20.0, 300: 30.0, 400: 40.0, 500: 50.0, 600: 60.0, 700: 70.0,
+                                             800: 80.0, 900: 90.0, 1000: 100.0})
+
+
+def test_an_evaluation_between_marks_scores_the_marks_it_passed_by_interpolation(tmp_path):
+    """run.eval_interval=100: an on-policy trial evaluated after its rollouts of 384 steps (at 384 and 768) reports
+    the marks 400 to 700 on the line between its two evaluations: 0 at 384, 38.4 at 768: 1.6 at 400, 11.6 at 500."""
+    study, reporter = reporters_of(tmp_path)
+    trial, trial_id = reporter(eval_interval=100)
+    trial.scalars(384, {"eval/mean_return": 0.0})
+    trial.scalars(768, {"eval/mean_return": 38.4})
+    assert study._storage.get_trial(trial_id).intermediate_values == pytest.approx(
+        {400: 1.6, 500: 11.6, 600: 21.6, 700: 31.6})
+
+
+def test_halving_rungs_lie_on_the_report_marks():
+    """A first rung at 111 steps, rungs at 111 x 1, 3, 9: on marks every 100 steps they are 200 and 400 (999 is
+    past the last mark before the trial's end, 1,000)."""
+    assert halving_rungs(1000, 0, 111, grid=100) == [200, 400]
+    assert halving_rungs(1000, 50, 100, grid=100) == [200, 400]  # 150 and 350 after a warm-up of 50 steps
+
+
+def test_a_rung_compares_trials_at_its_own_step(tmp_path):
+    """Successive halving with a rung at 200 steps: a trial measured at 128 (score 12.8) and 256 (25.6) scores 20
+    there. A trial with long rollouts, measured at 190 (19) and next at 600 (40), scores 19 + 21 x 10 / 410 =
+    19.51 at the rung: behind, it stops, though its score after 600 steps is above the first trial's after 256."""
+    study, reporter = reporters_of(tmp_path, pruner="halving", warmup_steps=200)
+    first, first_id = reporter()
+    first.scalars(128, {"episode/mean_return": 12.8})
+    first.scalars(256, {"episode/mean_return": 25.6})
+    assert study._storage.get_trial(first_id).user_attrs["rung_200"] == pytest.approx(20.0)
+    second, second_id = reporter()
+    second.scalars(190, {"episode/mean_return": 19.0})
+    with pytest.raises(optuna.TrialPruned, match="pruned at step 200"):
+        second.scalars(600, {"episode/mean_return": 40.0})
+    assert study._storage.get_trial(second_id).user_attrs["rung_200"] == pytest.approx(19.0 + 21.0 * 10 / 410)

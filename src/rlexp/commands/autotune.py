@@ -59,8 +59,11 @@ class Budget:
 
     @property
     def rung_steps(self) -> list[int]:
-        """Where trials are compared: learning_start + L x 1, 3, ... before the trial's end."""
-        return [self.learning_start + self.eval_interval * 3 ** i for i in range(self.rungs - 1)]
+        """Where trials are compared: learning_start + L x 1, 3, ... before the trial's end, each moved up to the
+        next evaluation step (a multiple of L), as the trials' pruner places them."""
+        from rlexp.sweep.pruning import halving_rungs
+
+        return halving_rungs(self.trial_steps, self.learning_start, self.eval_interval, grid=self.eval_interval)
 
     @property
     def env_steps(self) -> int:

@@ -271,7 +271,7 @@ def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None, learning_s
     if in_sweep():
         from rlexp.sweep import trial_reporter
 
-        reporter = trial_reporter(int(float(cfg.run.max_steps)), on_eval=int(cfg.run.get("eval_interval") or 0) > 0,
+        reporter = trial_reporter(int(float(cfg.run.max_steps)), int(cfg.run.get("eval_interval") or 0),
                                   learning_start=learning_start)
         if reporter is not None:
             trackers.append(reporter)

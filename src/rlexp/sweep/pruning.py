@@ -27,21 +27,25 @@ FOLLOWER_WAIT_S = 120.0  # how long a trial's other seed waits at a report for i
 
 
 # ----- the pruners ----------------------------------------------------------------------------------------
-def halving_rungs(max_steps: int, learning_start: int, first: int | None) -> list[int]:
+def halving_rungs(max_steps: int, learning_start: int, first: int | None, grid: int = 1) -> list[int]:
     """The steps where successive halving compares trials: learning_start + first x 1, 3, 9, ... before max_steps
-    (a comparison at the trial's end would stop nothing). first=None: a ninth of the steps after learning starts,
-    so the rungs are at 1/9 and 1/3 of them."""
+    (a comparison at the trial's end would stop nothing), each moved up to the trials' next report mark (a multiple
+    of `grid`), where every trial has a score at that very step. first=None: a ninth of the steps after learning
+    starts, so the rungs are at 1/9 and 1/3 of them."""
     span = max_steps - learning_start
-    first = max(1, first if first else span // 9)
+    first, grid = max(1, first if first else span // 9), max(1, grid)
     rungs, k = [], 0
     while learning_start + first * 3 ** k < max_steps:
-        rungs.append(learning_start + first * 3 ** k)
+        rung = -(-(learning_start + first * 3 ** k) // grid) * grid
+        if rung < max_steps and rung not in rungs:
+            rungs.append(rung)
         k += 1
     return rungs
 
 
 class Halving(optuna.pruners.BasePruner):
-    """Asynchronous successive halving (Optuna's SuccessiveHalvingPruner, reduction factor 3) at given rung steps.
+    """Asynchronous successive halving (Optuna's SuccessiveHalvingPruner, reduction factor 3) at given rung steps,
+    each trial scored by its report at the rung's very step (`PruningReporter` reports on a grid the rungs lie on).
     At each rung a trial goes on only if it is among the best 1/reduction_factor (at least one) of the trials
     that have reached that rung, itself included; a tie goes to the trial that got there first, so equal scores
     don't promote every trial. A rung where every trial scored the same ranks nothing (a sparse reward:
@@ -56,15 +60,15 @@ class Halving(optuna.pruners.BasePruner):
         step = trial.last_step
         if step is None:
             return False
-        value = trial.intermediate_values[step]
         maximize = study.direction == optuna.study.StudyDirection.MAXIMIZE
         decided = study._storage.get_trial(trial._trial_id).user_attrs  # not the Trial's cached copy
         for rung in self.rungs:
             key = f"rung_{rung}"
             if step < rung:
                 return False
-            if key in decided:
-                continue  # decided at this rung already
+            value = trial.intermediate_values.get(rung)
+            if key in decided or value is None:
+                continue  # decided at this rung already, or no score at its step (the trial's first came later)
             if math.isnan(value):
                 return True
             arrived = time.time()
@@ -84,16 +88,17 @@ class Halving(optuna.pruners.BasePruner):
 
 
 def make_pruner(name: str, warmup_trials: int, warmup_steps: int | None, max_steps: int = 0,
-                learning_start: int = 0) -> optuna.pruners.BasePruner:
+                learning_start: int = 0, grid: int = 1) -> optuna.pruners.BasePruner:
     """median: Optuna's MedianPruner, deciding after warmup_trials complete trials and warmup_steps env steps
     (None: a third of the steps after learning starts, as RL Zoo waits for a third of the evaluations);
     halving: `Halving` with its first rung warmup_steps after learning starts (None: a ninth of the steps
-    after it), comparing once warmup_trials trials reached a rung; none."""
+    after it; rungs on the report marks, multiples of `grid`), comparing once warmup_trials trials reached a rung;
+    none."""
     if name == "median":
         warmup = warmup_steps if warmup_steps is not None else learning_start + (max_steps - learning_start) // 3
         return optuna.pruners.MedianPruner(n_startup_trials=warmup_trials, n_warmup_steps=warmup)
     if name == "halving":
-        return Halving(halving_rungs(max_steps, learning_start, warmup_steps), 3, warmup_trials)
+        return Halving(halving_rungs(max_steps, learning_start, warmup_steps, grid), 3, warmup_trials)
     if name in ("none", None):
         return optuna.pruners.NopPruner()
     raise SweepError(f"hydra.sweeper.pruner={name} is unknown; use median, halving or none")
@@ -107,29 +112,34 @@ def trial_spec() -> dict[str, Any] | None:
 
 
 class PruningReporter(Tracker):
-    """A tracker for a trial's process. It reports a score to the study at each periodic evaluation
-    (run.eval_interval), or else the training mean return at `reports` evenly spaced steps (the same in every
-    trial, so the pruner compares like with like), and stops the trial (optuna.TrialPruned) when the pruner says
-    so. The pruner is asked only after learning started and before max_steps; the final evaluation is recorded,
-    never judged.
+    """A tracker for a trial's process. It reports a score to the study on a grid of steps that is the same in every
+    trial: every `run.eval_interval` steps from the periodic evaluations, or else every max_steps / `reports` steps
+    from the training mean return. A trial measures its score where its own rollouts or fused calls end (an
+    on-policy rollout of 32,768 steps is evaluated after 65,536 steps), so the score at a grid step is interpolated
+    linearly between the measurements on either side of it: trials are compared at equal steps whatever their
+    rollout sizes. A grid step before a trial's first measurement gets no score. The pruner is asked only after
+    learning started and before max_steps, and stops the trial (optuna.TrialPruned) when it says so; the final
+    evaluation is recorded, never judged.
 
     With several seeds per trial the first seed reports and decides; another seed at the same report waits for
     that decision (while the first seed runs) and stops where the first seed was pruned."""
 
-    def __init__(self, spec: Mapping[str, Any], max_steps: int, on_eval: bool, learning_start: int = 0) -> None:
+    def __init__(self, spec: Mapping[str, Any], max_steps: int, eval_interval: int, learning_start: int = 0) -> None:
         self.storage = make_storage(spec["storage"])
+        self.on_eval = eval_interval > 0
+        self.interval = int(eval_interval) if self.on_eval else max(1, max_steps // max(1, int(spec["reports"])))
         warmup = spec.get("warmup_steps")
         pruner = make_pruner(spec["pruner"], int(spec["warmup_trials"]), None if warmup is None else int(warmup),
-                             max_steps, learning_start)
+                             max_steps, learning_start, grid=self.interval)
         study = optuna.load_study(study_name=spec["study"], storage=self.storage, pruner=pruner)
-        self.trial_id, self.leader, self.on_eval = int(spec["trial_id"]), bool(spec.get("leader", True)), on_eval
+        self.trial_id, self.leader = int(spec["trial_id"]), bool(spec.get("leader", True))
         self.reference = bool(spec.get("reference"))  # the baseline: scored at the rungs, never stopped
         self.max_steps, self.learning_start, self.ended = max_steps, learning_start, False
         self.trial = optuna.trial.Trial(study, self.trial_id)
         if self.leader:
             self.trial.set_user_attr("pid", os.getpid())
-        self.interval = max(1, max_steps // max(1, int(spec["reports"])))
         self.next_report = self.interval
+        self.measured: tuple[int, float] | None = None  # the newest (step, score) before this one
 
     def end_of_training(self) -> None:
         """Training is over: what comes now (the final evaluation) is recorded, not judged."""
@@ -143,15 +153,26 @@ class PruningReporter(Tracker):
             if self.leader and self.on_eval and step not in self.trial_values():
                 self.trial.report(float(score), step)
             return
-        if not self.on_eval and step < self.next_report:
-            return
-        mark = step if self.on_eval else self.next_report
-        self.next_report = (step // self.interval + 1) * self.interval
-        # a report at or past max_steps (a last rollout or fused call collected whole) comes after the trial
-        # trained its full length: recorded, never judged
-        judged = self.learning_start < mark < self.max_steps and step < self.max_steps
+        previous, self.measured = self.measured, (step, float(score))
+        while self.next_report <= step:
+            mark = self.next_report
+            self.next_report += self.interval
+            if mark == step:
+                value = float(score)
+            elif previous is None:
+                continue  # before the trial's first score: not known there
+            else:
+                (before, then), now = previous, float(score)
+                value = then + (now - then) * (mark - before) / (step - before)
+            self.report(mark, value, trained=step)
+
+    def report(self, mark: int, value: float, trained: int) -> None:
+        """The trial's score at grid step `mark`, after it trained `trained` steps: recorded, and judged by the
+        pruner before max_steps (a last rollout or fused call collected whole, past max_steps, came after the trial
+        trained its full length)."""
+        judged = self.learning_start < mark < self.max_steps and trained < self.max_steps
         if self.leader:
-            self.trial.report(float(score), mark)
+            self.trial.report(value, mark)
             pruned = judged and self.trial.should_prune() and not self.reference
             if pruned:
                 self.storage.set_trial_user_attr(self.trial_id, PRUNED_AT, mark)
@@ -159,10 +180,10 @@ class PruningReporter(Tracker):
         else:
             pruned = self.leader_pruned(mark)
         if pruned:
-            message = f"pruned at step {mark:,} (score {score:.4g})"
+            message = f"pruned at step {mark:,} (score {value:.4g})"
             log.info(message)
             error = optuna.TrialPruned(message)
-            error.steps = step  # the env steps it trained, for the study's step budget
+            error.steps = trained  # the env steps it trained, for the study's step budget
             raise error
 
     def trial_values(self) -> dict[int, float]:
@@ -183,10 +204,10 @@ class PruningReporter(Tracker):
             time.sleep(0.05)
 
 
-def trial_reporter(max_steps: int, on_eval: bool, learning_start: int = 0) -> PruningReporter | None:
+def trial_reporter(max_steps: int, eval_interval: int, learning_start: int = 0) -> PruningReporter | None:
     """The pruning reporter when this process runs a pruned trial of rlexp's sweeper, else None."""
     spec = trial_spec()
-    return PruningReporter(spec, max_steps, on_eval, learning_start) if spec and spec.get("prune") else None
+    return PruningReporter(spec, max_steps, eval_interval, learning_start) if spec and spec.get("prune") else None
 
 
 def curve_objectives(points: list[tuple[float, float]], last: int) -> dict[str, float]:
