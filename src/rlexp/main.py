@@ -49,6 +49,9 @@ def main(cfg: DictConfig) -> float:
     from rlexp.agents.base import TrainingDiverged
 
     Started.value = True
+    from rlexp.logs import quiet_shared_console
+
+    quiet_shared_console()
     try:
         if cfg.mode not in MODES:
             raise UserError(f"mode={cfg.mode} is unknown; use one of {', '.join(MODES)}")

@@ -18,7 +18,7 @@ from hydra.core.utils import run_job, setup_globals
 from hydra.plugins.launcher import Launcher
 from hydra_plugins.hydra_submitit_launcher.config import SlurmQueueConf
 from hydra_plugins.hydra_submitit_launcher.submitit_launcher import SlurmLauncher
-from omegaconf import MISSING, OmegaConf, open_dict
+from omegaconf import MISSING, DictConfig, OmegaConf, open_dict
 
 
 # The settings are typed Any: rlexp.sweep.check_settings checks them (a wrong one is one line naming the key
@@ -239,6 +239,9 @@ class RlexpOptunaSweeper(Sweeper):
         self.launcher = Plugins.instance().instantiate_launcher(config=config, hydra_context=hydra_context,
                                                                 task_function=task_function)
         logging.getLogger("hydra_plugins.hydra_submitit_launcher.submitit_launcher").setLevel(logging.WARNING)
+        module = type(self.launcher).__module__
+        if not module.startswith("hydra_plugins.rlexp_sweeper"):  # Hydra's, joblib's: each job's overrides
+            logging.getLogger(module.rsplit(".", 1)[0]).setLevel(logging.WARNING)  # (the trial's JSON spec)
 
     def sweep(self, arguments: List[str]) -> None:
         from rlexp.errors import Started, SweepError
@@ -247,12 +250,58 @@ class RlexpOptunaSweeper(Sweeper):
         settings = {k: (OmegaConf.to_container(v, resolve=True) if OmegaConf.is_config(v) else v)
                     for k, v in self.settings.items()}
         try:
-            if isinstance(self.launcher, (RlexpLocalLauncher, RlexpSlurmLauncher)):
-                self.launcher.check()
-            return OptunaSweep(settings, self.config, self.launcher, self.config_loader).run(arguments)
+            launcher = self.launcher
+            if isinstance(launcher, (RlexpLocalLauncher, RlexpSlurmLauncher)):
+                launcher.check()
+            elif any(c.__name__ == "BaseSubmititLauncher" for c in type(launcher).__mro__):  # submitit_local,
+                # submitit_slurm (Hydra's plugin scan may have imported their module apart from ours)
+                launcher = _FreshSubmititFolder(launcher, self.config)
+            check_launcher_jobs(self.config, settings)
+            return OptunaSweep(settings, self.config, launcher, self.config_loader).run(arguments)
         except SweepError as e:  # one line, no traceback: 2 for a mistake in the command, 1 once trials ran
             logging.getLogger("rlexp").error(f"error: {e}")
             sys.exit(1 if Started.value else 2)
+
+
+def check_launcher_jobs(config: DictConfig, settings: dict[str, Any]) -> None:
+    """hydra.launcher.n_jobs (joblib's) is not how many trials run at once here: the sweeper hands its launcher one
+    trial's job at a time and keeps hydra.sweeper.n_jobs of them running."""
+    from rlexp.errors import SweepError
+
+    launcher_jobs = OmegaConf.select(config, "hydra.launcher.n_jobs", default=None)
+    if launcher_jobs not in (None, -1) and launcher_jobs != settings.get("n_jobs"):
+        raise SweepError(f"hydra.launcher.n_jobs={launcher_jobs}: rlexp's sweeper runs hydra.sweeper.n_jobs trials "
+                         f"at once (now {settings.get('n_jobs')}), handing the launcher one at a time; set "
+                         f"hydra.sweeper.n_jobs={launcher_jobs} instead")
+
+
+def fresh_submitit_folder(params: dict[str, Any], config: DictConfig, job_overrides) -> None:
+    """hydra.launcher.submitit_folder with ${hydra.sweep.dir} as the jobs' own (the study's folder, which their
+    overrides name), not as the config resolved it before the sweeper picked the study."""
+    raw = OmegaConf.select(config, "hydra.launcher.submitit_folder", throw_on_resolution_failure=False)
+    node = config.hydra.launcher._get_node("submitit_folder") if "submitit_folder" in config.hydra.launcher else None
+    text = str(node._value()) if node is not None else str(raw or "")
+    sweep_dir = next((o.split("=", 1)[1].strip("'\"") for overrides in job_overrides for o in overrides
+                      if o.startswith("hydra.sweep.dir=")), None)
+    if sweep_dir and "${hydra.sweep.dir}" in text:
+        params["submitit_folder"] = text.replace("${hydra.sweep.dir}", sweep_dir)
+    elif raw:
+        params["submitit_folder"] = str(raw)
+
+
+class _FreshSubmititFolder:
+    """A submitit launcher whose folder (by default ${hydra.sweep.dir}/.submitit/%j) is resolved at each launch:
+    the sweep dir names the study, which the sweeper picks after the launcher was made."""
+
+    def __init__(self, launcher: Any, config: DictConfig) -> None:
+        self.launcher, self.config = launcher, config
+
+    def launch(self, job_overrides, initial_job_idx: int):
+        fresh_submitit_folder(self.launcher.params, self.config, job_overrides)
+        return self.launcher.launch(job_overrides, initial_job_idx)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.launcher, name)
 
 
 class _SacctOnce(logging.Filter):
@@ -395,7 +444,5 @@ class RlexpSlurmLauncher(SlurmLauncher):
     def launch(self, job_overrides, initial_job_idx: int):
         """submitit's folder resolved again: its default ${hydra.sweep.dir}/.submitit/%j names the study's folder,
         which the sweeper picks after this launcher was made."""
-        folder = OmegaConf.select(self.config, "hydra.launcher.submitit_folder")
-        if folder:
-            self.params["submitit_folder"] = str(folder)
+        fresh_submitit_folder(self.params, self.config, job_overrides)
         return super().launch(job_overrides, initial_job_idx)

@@ -1,7 +1,9 @@
 """Console and run-log plumbing: info on stdout, warnings and errors on stderr, each run's main.log."""
 from __future__ import annotations
 
+import json
 import logging
+import os
 import sys
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -67,3 +69,15 @@ def verbosity(verbose: int, logger: logging.Logger | None = None) -> Iterator[No
         for handler in added:
             logger.removeHandler(handler)
         logger.setLevel(level)
+
+
+def quiet_shared_console() -> None:
+    """In a trial of rlexp's sweeper that shares the sweep's console (a launcher such as joblib's, which neither
+    runs it in the sweep's own process nor captures its output): its info lines go to its main.log only, so the
+    console keeps the sweep's one line per trial; warnings and errors still show."""
+    spec = os.environ.get("RLEXP_OPTUNA_TRIAL")
+    if not spec or json.loads(spec).get("console", True):
+        return
+    for handler in logging.getLogger().handlers:
+        if getattr(handler, "stream", None) is sys.stdout:
+            handler.setLevel(logging.WARNING)

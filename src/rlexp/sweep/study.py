@@ -228,7 +228,7 @@ class OptunaSweep(Checks, Confirmation, Report):
             except KeyboardInterrupt:
                 for owner in running:
                     owner.trial.set_user_attr(INTERRUPTED_ATTR, True)
-                    owner.trial.set_user_attr(STEPS_ATTR, self.steps_trained(owner.trial.number))
+                    owner.trial.set_user_attr(STEPS_ATTR, self.interrupted_steps(owner))
                     self.tell(study, owner.trial, TrialState.FAIL, None, "the sweep was interrupted", 0.0)
                 log.error(f"interrupted after {finished} trial(s); run the same command again to continue study "
                           f"{study.study_name}")
@@ -358,6 +358,14 @@ class OptunaSweep(Checks, Confirmation, Report):
             job.owner = owner
         return owner
 
+    @property
+    def trial_console(self) -> bool:
+        """Whether a trial's info lines may go to its console: not where the launcher runs it in another process
+        on the sweep's own console (joblib's), which would interleave every trial's lines with the sweep's."""
+        module = type(self.launcher).__module__
+        return runs_in_process(self.launcher) or module.startswith(("hydra_plugins.rlexp_sweeper",
+                                                                    "hydra_plugins.hydra_submitit_launcher"))
+
     def trial_seeds(self) -> list[int | None]:
         """The seeds of one trial: the config's seed alone, or seed, seed+1, ... with seeds_per_trial."""
         return [None] if self.n_seeds == 1 else [self.seed + i for i in range(self.n_seeds)]
@@ -369,7 +377,7 @@ class OptunaSweep(Checks, Confirmation, Report):
         spec = {"storage": self.storage_url, "study": study.study_name, "trial_id": trial_id,
                 "prune": self.prune and report, "reference": reference, "leader": leader, "pruner": self.s["pruner"],
                 "warmup_trials": self.s["warmup_trials"], "warmup_steps": self.s["warmup_steps"],
-                "reports": self.s["reports"], "last_evals": self.s["last_evals"]}
+                "reports": self.s["reports"], "last_evals": self.s["last_evals"], "console": self.trial_console}
         values = {**params_of(trial), **self.fixed}
         if seed is not None:
             values.pop("seed", None)
@@ -416,13 +424,15 @@ class OptunaSweep(Checks, Confirmation, Report):
 
     def reclaim(self, study: optuna.Study, say: bool = True) -> list[int]:
         """Mark FAIL (and to be run again) the trials a killed sweeper left RUNNING: no heartbeat for grace_period
-        on any storage; what their folders show they trained counts against max_env_steps."""
+        on any storage. Each counts against max_env_steps at the full length it held (its folders can lag behind
+        what it trained), or what its folders show if more."""
         stale = stale_trial_ids(self.storage, study._study_id, float(self.s["grace_period"]))
         for trial_id in list(stale):
             try:
                 number = self.storage.get_trial_number_from_id(trial_id)
                 self.storage.set_trial_user_attr(trial_id, "error", "left running by a sweep that was stopped")
-                self.storage.set_trial_user_attr(trial_id, STEPS_ATTR, self.steps_trained(number))
+                reserved = int(self.storage.get_trial(trial_id).user_attrs.get(RESERVED_ATTR, 0))
+                self.storage.set_trial_user_attr(trial_id, STEPS_ATTR, max(reserved, self.steps_trained(number)))
                 self.storage.set_trial_user_attr(trial_id, INTERRUPTED_ATTR, True)
                 self.storage.set_trial_state_values(trial_id, TrialState.FAIL)
             except RuntimeError:  # finished meanwhile (Optuna's UpdateFinishedTrialError)
@@ -430,6 +440,17 @@ class OptunaSweep(Checks, Confirmation, Report):
         if stale and say:
             log.info(f"marked {len(stale)} trial(s) left running by a stopped sweep FAIL; they are run again")
         return stale
+
+    def interrupted_steps(self, owner: Running) -> int:
+        """The env steps an interrupted trial counts against max_env_steps: its ended seeds' own, and each seed
+        still running at its full length (its run dir can lag behind what it trained by its last seconds)."""
+        steps = 0
+        for job in owner.jobs:
+            if job in owner.ended:
+                steps += self.job_steps_trained(job)
+            elif job.started:
+                steps += max(self.job_steps, steps_on_disk(self.sweep_dir / job.subdir))
+        return steps
 
     def steps_trained(self, number: int) -> int:
         """The env steps trial `number`'s folders show its seeds trained (an interrupted or killed trial's: they

@@ -1,0 +1,74 @@
+"""A stand-in agent for the sweeper's tests: rlexp's real training loop, trackers, evaluations and checkpoints
+around an update that learns nothing and costs nothing. Its score is a known function of its learning rate and
+the steps it trained, so a test knows what every report should say.
+
+    score(step) = 100 x quality(lr) x max(0, step - warmup) / scale,   quality(lr) = exp(-(log10(lr) + 3)^2)
+
+plus Gaussian noise of std `noise` on every episode and evaluation. A training iteration takes `rollout` env steps
+at once (an on-policy rollout or a fused call: collected whole, past max_steps), an episode ends every
+`episode_length` steps with the score at its last step as its return, and `delay` seconds pass per iteration.
+With `ledger` (a file path), each iteration appends "<run dir> <steps trained>" to it: the test's own record of
+what every run trained, whatever the sweeper recorded."""
+from __future__ import annotations
+
+import math
+import time
+
+from rlexp.agents import AGENTS
+from rlexp.agents.base import Agent
+
+
+def quality(lr: float) -> float:
+    return math.exp(-(math.log10(lr) + 3) ** 2)
+
+
+def score(lr: float, step: int, warmup: int = 0, scale: int = 1000) -> float:
+    """The stand-in's noise-free score after `step` env steps."""
+    return 100.0 * quality(lr) * max(0, step - warmup) / scale
+
+
+class StandIn(Agent):
+    """See the module's docstring."""
+
+    def __init__(self, envs, model=None, buffer=None, *, rollout: int = 64, warmup: int = 0, noise: float = 0.0,
+                 delay: float = 0.0, episode_length: int = 10, scale: int = 1000, ledger: str | None = None,
+                 **kwargs) -> None:
+        self.rollout, self.warmup, self.noise, self.delay = int(rollout), int(warmup), float(noise), float(delay)
+        self.ledger = ledger
+        self.episode_length, self.scale = int(episode_length), int(scale)
+        super().__init__(envs, model, buffer, **kwargs)
+
+    def build(self) -> None:
+        pass
+
+    def models(self) -> dict:
+        return {}
+
+    def optimizers(self) -> dict:
+        return {}
+
+    def first_update_step(self) -> int:
+        return self.warmup
+
+    def noisy(self, step: int) -> float:
+        value = score(self.lr, step, self.warmup, self.scale)
+        return value + float(self.rng.normal(0.0, self.noise)) if self.noise else value
+
+    def train_iteration(self) -> dict[str, float]:
+        start, self.steps = self.steps, self.steps + self.rollout
+        first_end = (start // self.episode_length + 1) * self.episode_length
+        for end in range(first_end, self.steps + 1, self.episode_length):
+            self._finished.append((end, self.noisy(end)))
+        if self.ledger and self.history.path is not None:
+            with open(self.ledger, "a") as f:
+                f.write(f"{self.history.path.parent} {self.steps}\n")
+        if self.delay:
+            time.sleep(self.delay)
+        return {"loss": 0.0}
+
+    def evaluate(self, envs, episodes: int, deterministic: bool = True) -> list[float]:
+        return [self.noisy(self.steps) for _ in range(episodes)]
+
+
+def register() -> None:
+    AGENTS["standin"] = StandIn

@@ -1,0 +1,190 @@
+"""The sweeper's promises (docs/tuning.md) checked across many configurations: real sweeps through the CLI, with
+the real launcher, storages and pruners, of a stand-in agent (tests/standin/standin.py) whose score is a known
+function of its learning rate and steps. A seeded generator draws each case: run length, rollout size,
+evaluations during training or not, pruner and its warm-up, seeds per trial, job slots, storage, a step budget,
+the agent's warm-up, noise, and a Ctrl-C or a kill of the sweep at a random moment, after which the same command
+continues the study. After the study ends:
+
+- no trial that trained `run.max_steps` is PRUNED;
+- every score the study holds is the agent's score at the step it is recorded at (trials compared at equal steps);
+- the step budget holds, across kills, as each trial's own ledger of the steps it trained shows;
+- the baseline (trial 0's values) is never pruned and is trained to its end, interrupted or not;
+- no trial is left RUNNING (a killed sweep's trials are reclaimed), on every storage;
+- the report's best is the study's best COMPLETE trial.
+"""
+from __future__ import annotations
+
+import math
+import os
+import random
+import re
+import signal
+import subprocess
+import sys
+import time
+import zlib
+from dataclasses import dataclass
+from pathlib import Path
+
+import optuna
+import pytest
+from optuna.trial import TrialState
+
+STANDIN = Path(__file__).parent / "standin"
+sys.path.insert(0, str(STANDIN))
+from standin import score  # noqa: E402
+
+BASELINE_LR = 1e-5  # far from the best (1e-3): a pruner would stop it
+N_TRIALS = 6
+EPISODE = 10        # the stand-in's episode length: every report step is an episode's end
+
+
+@dataclass
+class Case:
+    max_steps: int
+    rollout: int
+    eval_interval: int
+    pruner: str
+    warmup_steps: int | None
+    seeds: int
+    n_jobs: int
+    storage: str
+    budget: int | None
+    warmup: int
+    noise: float
+    episode_length: int
+    stop: str | None      # None, "SIGINT" (Ctrl-C) or "SIGKILL" (the sweep killed)
+    stop_after: float     # seconds after the first trial started
+
+    def overrides(self, folder: Path, ledger: Path) -> list[str]:
+        storage = {"sqlite": f"sqlite:///{folder}/study.db", "journal": f"journal:///{folder}/study.log",
+                   "postgresql": os.environ.get("RLEXP_TEST_POSTGRES", "")}[self.storage]
+        study = f"h{zlib.crc32(str(folder).encode())}"
+        args = ["agent=standin", "env=cartpole", f"run.max_steps={self.max_steps}", "run.eval_episodes=2",
+                f"run.eval_interval={self.eval_interval}", "env.n_envs=1", f"agent.rollout={self.rollout}",
+                f"agent.warmup={self.warmup}", f"agent.noise={self.noise}", "agent.delay=0.05",
+                f"agent.episode_length={self.episode_length}",
+                f"agent.ledger={ledger}", "agent.lr=tag(log,interval(1e-5,1e-1))",
+                f"hydra.sweeper.n_trials={N_TRIALS}", f"hydra.sweeper.n_jobs={self.n_jobs}",
+                f"hydra.sweeper.seeds_per_trial={self.seeds}", f"hydra.sweeper.pruner={self.pruner}",
+                "hydra.sweeper.warmup_trials=1", f"hydra.sweeper.storage={storage}",
+                f"hydra.sweeper.study_name={study}", f"hydra.sweeper.baseline={{agent.lr:{BASELINE_LR}}}",
+                "hydra.sweeper.heartbeat_interval=1", "hydra.sweeper.grace_period=3"]
+        if self.warmup_steps is not None:
+            args.append(f"hydra.sweeper.warmup_steps={self.warmup_steps}")
+        if self.budget is not None:
+            args.append(f"hydra.sweeper.max_env_steps={self.budget}")
+        return args
+
+    @property
+    def grid(self) -> int:
+        """The steps between two reports: every trial reports at the multiples of it."""
+        return self.eval_interval or self.max_steps // 10
+
+    @property
+    def overshoot(self) -> int:
+        """How far past max_steps a seed trains: its last rollout is collected whole."""
+        return -(-self.max_steps // self.rollout) * self.rollout - self.max_steps
+
+
+def draw(number: int) -> Case:
+    """Case `number`: the stop, storage and budget cycle through their options so that every few cases cover each;
+    the rest is drawn from a generator seeded with the number."""
+    rng = random.Random(number)
+    max_steps = rng.choice([600, 1000, 1500])
+    seeds = rng.choice([1, 1, 2])
+    storages = ["sqlite", "journal"] + (["postgresql"] if os.environ.get("RLEXP_TEST_POSTGRES") else [])
+    stop = [None, "SIGINT", "SIGKILL"][number % 3]
+    budget = 3 * max_steps * seeds if stop and number % 2 else None
+    return Case(max_steps=max_steps, rollout=rng.choice([30, 90, 250, 420]), eval_interval=rng.choice([0, 100, 250]),
+                pruner=rng.choice(["median", "halving"]), warmup_steps=rng.choice([None, 100, 300]), seeds=seeds,
+                n_jobs=rng.choice([1, 2]), storage=storages[number % len(storages)], budget=budget,
+                warmup=rng.choice([0, 0, 200]), noise=rng.choice([0.0, 0.0, 3.0]),
+                episode_length=rng.choice([10, 7, 33]), stop=stop, stop_after=rng.uniform(0.5, 3.0))
+
+
+def sweep(cwd: Path, case: Case, ledger: Path, stop: bool) -> subprocess.CompletedProcess:
+    env = dict(os.environ, RLEXP_STANDIN="1", TF_CPP_MIN_LOG_LEVEL="3",
+               PYTHONPATH=os.pathsep.join([str(STANDIN), *filter(None, [os.environ.get("PYTHONPATH")])]))
+    command = [sys.executable, "-m", "rlexp", "--config-dir", str(STANDIN / "conf"), "-m",
+               *case.overrides(cwd, ledger)]
+    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                               text=True, start_new_session=True)
+    if stop and case.stop:
+        started = time.monotonic() + 120
+        while time.monotonic() < started and not ledger.exists():  # the first trial is training
+            time.sleep(0.05)
+        time.sleep(case.stop_after)
+        if case.stop == "SIGINT":
+            os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the sweep and its trials
+        else:
+            os.kill(process.pid, signal.SIGKILL)  # the sweep alone: its trials end when they see it gone
+    out, _ = process.communicate(timeout=600)
+    return subprocess.CompletedProcess(command, process.returncode, out, "")
+
+
+def ledger_steps(ledger: Path) -> dict[str, int]:
+    """Steps each run dir trained, from the stand-in's own ledger (a line per training iteration)."""
+    trained: dict[str, int] = {}
+    if ledger.exists():
+        for line in ledger.read_text().splitlines():
+            run_dir, steps = line.rsplit(" ", 1)
+            trained[run_dir] = max(trained.get(run_dir, 0), int(steps))
+    return trained
+
+
+@pytest.mark.parametrize("number", range(8))
+def test_the_sweepers_promises_hold(tmp_path, number):
+    case = draw(number)
+    ledger = tmp_path / "ledger.txt"
+    first = sweep(tmp_path, case, ledger, stop=True)
+    outputs = [first.stdout]
+    if case.stop:
+        if case.stop == "SIGKILL":
+            time.sleep(4)  # past the grace period: the killed sweep's trials are stale
+        again = sweep(tmp_path, case, ledger, stop=False)
+        outputs.append(again.stdout)
+        assert again.returncode == 0, f"{case}\n{again.stdout[-3000:]}"
+    else:
+        assert first.returncode == 0, f"{case}\n{first.stdout[-3000:]}"
+    storage = case.overrides(tmp_path, ledger)
+    url = next(a.split("=", 1)[1] for a in storage if a.startswith("hydra.sweeper.storage="))
+    name = next(a.split("=", 1)[1] for a in storage if a.startswith("hydra.sweeper.study_name="))
+    from rlexp.sweep.storage import make_storage
+
+    trials = optuna.load_study(study_name=name, storage=make_storage(url)).get_trials()
+    trained = ledger_steps(ledger)
+    context = f"{case}\n" + "\n".join(o[-2500:] for o in outputs)
+
+    # no trial is left RUNNING, and the study holds its trials (or the budget ended it)
+    assert all(t.state != TrialState.RUNNING for t in trials), context
+    # no trial that trained max_steps is PRUNED: a pruned seed stopped before max_steps
+    for t in trials:
+        if t.state == TrialState.PRUNED:
+            seeds = [d for d in trained if f"/trial_{t.number}/" in d + "/" or d.endswith(f"/trial_{t.number}")]
+            assert seeds and all(trained[d] < case.max_steps for d in seeds), (t.number, seeds, context)
+    # trials are compared at equal steps: every report before max_steps, and every rung, is on the common grid,
+    # and (no noise, one linear piece) each is the agent's own score at that very step
+    exact = case.noise == 0 and case.warmup == 0
+    for t in trials:
+        lr = t.params.get("agent.lr", BASELINE_LR)
+        rungs = {int(k[5:]): v for k, v in t.user_attrs.items() if re.fullmatch(r"rung_\d+", k)}
+        for step, value in [*t.intermediate_values.items(), *rungs.items()]:
+            if step < case.max_steps:
+                assert step % case.grid == 0, (t.number, step, context)
+            if exact:
+                assert value == pytest.approx(score(lr, step), rel=1e-9, abs=1e-9), (t.number, step, value, context)
+    # the budget holds across kills: what every seed trained, beyond the overshoot of whole rollouts
+    if case.budget is not None:
+        assert sum(trained.values()) <= case.budget + len(trained) * case.overshoot, (trained, context)
+    # the baseline is never pruned, and is trained to its end, interrupted or not
+    baseline = [t for t in trials if t.user_attrs.get("baseline") is True]
+    assert baseline and all(t.state != TrialState.PRUNED for t in baseline), context
+    if case.budget is None:
+        assert any(t.state == TrialState.COMPLETE for t in baseline), context
+    # the report's best is the study's best complete trial
+    complete = [t for t in trials if t.state == TrialState.COMPLETE]
+    if complete:
+        best = max(complete, key=lambda t: t.value)
+        m = re.search(r"best: trial (\d+), objective (\S+)", outputs[-1])
+        assert m and int(m.group(1)) == best.number, context
