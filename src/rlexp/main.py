@@ -49,7 +49,7 @@ def main(cfg: DictConfig) -> float:
     from rlexp.agents.base import TrainingDiverged
 
     Started.value = True
-    from rlexp.logs import quiet_shared_console
+    from rlexp.runs.logs import quiet_shared_console
 
     quiet_shared_console()
     try:

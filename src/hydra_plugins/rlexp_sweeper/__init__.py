@@ -168,7 +168,7 @@ class RlexpSweeperConf:
 
 @dataclass
 class RlexpLocalConf:
-    """hydra.launcher.* of the local launcher: each trial its own process (see rlexp.launch)."""
+    """hydra.launcher.* of the local launcher: each trial its own process (see rlexp.runtime.launch)."""
 
     _target_: str = "hydra_plugins.rlexp_sweeper.RlexpLocalLauncher"
     start_method: Any = "forkserver"     # forkserver: forked from a process that imported TensorFlow once | spawn
@@ -337,7 +337,7 @@ def _safe_call(launcher_call, *args: Any) -> JobReturn:
 
 
 class RlexpLocalLauncher(Launcher):
-    """Each trial in its own process (rlexp.launch: forked from a preloaded forkserver), results back by pipe;
+    """Each trial in its own process (rlexp.runtime.launch: forked from a preloaded forkserver), results back by pipe;
     like submitit's local launcher, but without a new interpreter and a polling loop per trial."""
 
     def __init__(self, **params: Any) -> None:
