@@ -151,16 +151,16 @@ def study_trials(tmp_path: Path, name: str = "s") -> list[optuna.trial.FrozenTri
 
 
 def test_a_pruned_trials_slot_starts_the_next_job_before_its_partner_ends(tmp_path):
-    """n_jobs=2: trial 0 runs 2 s, trial 1 is pruned after 0.3 s; trial 2 starts in trial 1's slot at once, not
+    """n_jobs=2: trial 0 runs 4 s, trial 1 is pruned after 0.3 s; trial 2 starts in trial 1's slot at once, not
     when trial 0 ends (a batch would wait for it), and each trial's seconds are its own."""
-    sweep, launcher = sweep_of(tmp_path, {0: (2.0, "complete", 1000), 1: (0.3, "pruned", 200),
+    sweep, launcher = sweep_of(tmp_path, {0: (4.0, "complete", 1000), 1: (0.3, "pruned", 200),
                                           2: (0.3, "complete", 1000)})
     sweep.run(["agent.lr=tag(log,interval(1e-4,1e-2))"])
     trials = study_trials(tmp_path)
     assert [t.state for t in trials] == [TrialState.COMPLETE, TrialState.PRUNED, TrialState.COMPLETE]
     started = dict(launcher.calls)
-    assert started["trial_2"] < trials[0].user_attrs["ended"] - 1.0  # well before trial 0 ended
-    assert trials[1].user_attrs["seconds"] < 1.0 and trials[0].user_attrs["seconds"] >= 2.0
+    assert started["trial_2"] < trials[0].user_attrs["ended"] - 2.0  # well before trial 0 ended
+    assert trials[1].user_attrs["seconds"] < 2.0 and trials[0].user_attrs["seconds"] >= 4.0
 
 
 def test_a_trials_seeds_are_jobs_like_any_other(tmp_path):
