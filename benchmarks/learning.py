@@ -46,7 +46,7 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "naf-pendulum": (["agent=naf", "env=pendulum", "run.max_steps=5e4", "run.target_reward=null"], -250),
     "trpo-pendulum": (["agent=trpo", "env=pendulum", "run.max_steps=1e5", "run.target_reward=null"], -250),
     "a2c-pendulum": (["agent=a2c", "env=pendulum", "run.max_steps=1e6", "run.target_reward=null"], -300),
-    "ppo-pendulum": (["agent=ppo", "env=pendulum", "run.max_steps=3e5", "run.target_reward=null"], -250),
+    "ppo-pendulum": (["agent=ppo", "env=pendulum", "run.max_steps=1e5", "run.target_reward=null"], -250),
     "dqn-lunarlander": (["agent=dqn", "env=lunarlander", "run.max_steps=1e5", "run.target_reward=null"], 100),
     "ppo-lunarlander": (["agent=ppo", "env=lunarlander", "run.max_steps=1e6", "run.target_reward=null"], 200),
     "td3-lunarlander-continuous": (["agent=td3", "env=lunarlander_continuous", "run.max_steps=3e5",
