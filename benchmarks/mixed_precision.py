@@ -26,7 +26,7 @@ CASES = {  # name: (agent, env id, make_envs options, agent options, replay buff
                           {"model": "lstm", "n_steps": 32, "mini_batches": 1, "ppo_epochs": 20}, None, 512, 8192),
     "ppo-pong-cnn": ("PPO", "PongNoFrameskip-v4", {"n_envs": 8, "preprocess": True},
                      {"n_steps": 128, "mini_batches": 4, "ppo_epochs": 4}, None, 1024, 4096),
-    # conf/tuned/td3_pendulum.yaml, sac_pendulum.yaml, dqn_cartpole.yaml (400-300, 256-256 and 256-256 MLPs)
+    # RL Zoo's td3/sac Pendulum-v1 and dqn CartPole-v1 rows (400-300, 256-256 and 256-256 MLPs)
     "td3-pendulum": ("TD3", "Pendulum-v1", {"n_envs": 1}, {"gamma": 0.98, "lr": 1e-3}, ZOO_OFF_POLICY, 12_000, 4_000),
     "sac-pendulum": ("SAC", "Pendulum-v1", {"n_envs": 1}, {"lr": 1e-3}, ZOO_OFF_POLICY | {"initial_size": 100},
                      2_000, 3_000),

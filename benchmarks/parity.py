@@ -73,6 +73,9 @@ CASES = {
                                 120_000, "RL Zoo's dqn.yml MountainCar-v0 row: rlexp's translation of it "
                                 "(env=generic finds the row), SB3's DQN built from it as RL Zoo builds it "
                                 "(benchmarks/sb3_zoo_row.py)"),
+    "dqn-cartpole-zoo": Case(["agent=dqn", "env=cartpole"], "dqn-cartpole-zoo", 50_000,
+                             "RL Zoo's dqn.yml CartPole-v1 row, as dqn-mountaincar-zoo (env=cartpole: the row under "
+                             "tuned/dqn_cartpole.yaml, which sets only the stop rule, off here)"),
     "trpo-mountaincar-zoo": Case(["agent=trpo", "env=generic", "env.id=MountainCar-v0"], "trpo-mountaincar-zoo",
                                  100_352, "RL Zoo's trpo.yml MountainCar-v0 row, as dqn-mountaincar-zoo (100,352 env "
                                  "steps: the whole rollouts that pass its 100,000)"),

@@ -41,7 +41,7 @@ def case(name: str) -> tuple[object, int]:
         return ppo("Pendulum-v1", 300_000, num_envs=4, num_steps=1024, num_epochs=10, num_minibatches=64,
                    learning_rate=1e-3, gamma=0.9, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
                    max_grad_norm=0.5), 300_000
-    if name == "td3-pendulum":  # conf/tuned/td3_pendulum.yaml: [400, 300] ReLU, 10k random steps, batch 256
+    if name == "td3-pendulum":  # RL Zoo's td3.yml Pendulum-v1 row: [400, 300] ReLU, 10k random steps, batch 256
         algo = TD3.create(env="Pendulum-v1", total_timesteps=20_000, eval_freq=20_000, skip_initial_evaluation=True,
                           num_envs=1, learning_rate=1e-3, gamma=0.98, buffer_size=200_000, fill_buffer=10_000,
                           batch_size=256, exploration_noise=0.1, polyak=0.995, policy_delay=2)

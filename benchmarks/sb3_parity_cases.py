@@ -47,6 +47,7 @@ TRPO_CASES = {  # name: (env id, default steps, TRPO kwargs besides SB3's defaul
 RECURRENT_CASES = ("ppo-lstm-cartpole-novel", "ppo-lstm-pendulum-novel")
 # RL Zoo's rows as RL Zoo builds them (sb3_zoo_row.py, from rlexp's shipped copy of its files): name: (file, row, env)
 ZOO_CASES = {"dqn-mountaincar-zoo": ("dqn", "MountainCar-v0", "MountainCar-v0"),
+             "dqn-cartpole-zoo": ("dqn", "CartPole-v1", "CartPole-v1"),
              "trpo-mountaincar-zoo": ("trpo", "MountainCar-v0", "MountainCar-v0"),
              "trpo-swimmer-zoo": ("trpo", "Swimmer-v4", "Swimmer-v5")}
 

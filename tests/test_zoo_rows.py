@@ -173,9 +173,13 @@ def test_a_shipped_row_trains_and_a_users_file_wins(tmp_path):
 
 @pytest.mark.e2e
 def test_a_users_agent_preset_overridden_by_a_row_or_a_tuned_preset_is_said(tmp_path):
-    """myconf/agent/td3.yaml changes lr (which RL Zoo's Pendulum row sets) and opt_epsilon (which
+    """myconf/agent/td3.yaml changes lr (which RL Zoo's Pendulum row sets) and opt_epsilon (which the user's
     tuned/td3_pendulum.yaml sets over the row): one line for each layer, naming it, the key and the user's file."""
     (tmp_path / "my/agent").mkdir(parents=True)
+    (tmp_path / "my/tuned").mkdir()
+    (tmp_path / "my/tuned/td3_pendulum.yaml").write_text(
+        "# @package _global_\n# TD3 on env=pendulum: RL Zoo's row td3.yml Pendulum-v1, and over it:\n"
+        "agent: {opt_epsilon: 1.0e-07}\n")
     shipped_td3 = Path(__import__("rlexp.conf", fromlist=["x"]).__file__).parent / "agent/td3.yaml"
     (tmp_path / "my/agent/td3.yaml").write_text(shipped_td3.read_text().replace("lr: 1.0e-3", "lr: 5.0e-4")
                                                 + "opt_epsilon: 1.0e-6\n")
@@ -206,11 +210,12 @@ def resolved(*overrides):
 
 
 def test_a_shipped_preset_keeps_its_row_and_a_recurrent_model_stays():
-    cfg, line = resolved("agent=sac", "env=pendulum", "zoo.rows=false")  # rows off: not under a preset over its row
-    assert line.startswith("RL Zoo's row for sac+pendulum: sac.yml Pendulum-v1") and cfg.run.max_steps == 20000
+    cfg, line = resolved("agent=ppo", "env=cartpole", "zoo.rows=false")  # rows off: not under a preset over its row
+    assert line.startswith("RL Zoo's row for ppo+cartpole: ppo.yml CartPole-v1") and cfg.run.max_steps == 100000
+    assert cfg.run.target_reward == 475  # what tuned/ppo_cartpole.yaml sets over the row
     cfg, line = resolved("agent=ppo", "env=pendulum", "model=lstm")  # ppo_lstm.yml has no Pendulum-v1: ppo.yml's
     assert line.startswith("RL Zoo's row for ppo+pendulum: ppo.yml Pendulum-v1")
-    assert cfg.model.layers[0].type == "lstm" and cfg.agent.use_sde is False  # the model; the preset over the row
+    assert cfg.model.layers[0].type == "lstm" and cfg.agent.use_sde is True  # the model stays; the row's gSDE
 
 
 def test_dqns_exploration_follows_the_runs_length_and_off_policy_rows_normalise():
