@@ -286,7 +286,7 @@ def test_successive_halving_prunes_a_trial_behind_at_a_rung_once_warmup_trials_r
 def test_the_budget_sets_the_first_rung_so_that_the_expected_study_fits(settings, max_steps, lengths):
     from omegaconf import OmegaConf
 
-    from rlexp.commands.autotune import check_budget
+    from rlexp.commands.autotune.budget import check_budget
 
     defaults = OmegaConf.load(Path(__file__).parents[1] / "conf" / "config.yaml").autotune
     budget = check_budget(OmegaConf.create({"autotune": {**defaults, **settings}}), max_steps)

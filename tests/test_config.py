@@ -121,6 +121,56 @@ def test_the_architecture_map_names_what_is_under_src():
     assert not unnamed, f"docs/architecture.md does not name {unnamed}: add a line for each"
 
 
+def test_no_module_imports_in_a_circle_and_no_command_imports_another():
+    """The import graph of src/rlexp, read from the source: module-level imports form no circle, and no command
+    (rlexp.commands.<mode>) imports another, anywhere in its code."""
+    import ast
+    from pathlib import Path
+
+    src = Path(__file__).parents[1] / "src"
+    names = {}
+    for path in (src / "rlexp").rglob("*.py"):
+        parts = path.relative_to(src).with_suffix("").parts
+        names[".".join(parts[:-1] if parts[-1] == "__init__" else parts)] = path
+
+    def imported(path: Path, top_level_only: bool) -> set[str]:
+        tree = ast.parse(path.read_text())
+        nodes = tree.body if top_level_only else list(ast.walk(tree))
+        found = set()
+        for node in nodes:
+            if isinstance(node, ast.Import):
+                found |= {a.name for a in node.names if a.name in names}
+            elif isinstance(node, ast.ImportFrom) and node.module in names:  # a submodule, else the module's name
+                found |= {f"{node.module}.{a.name}" if f"{node.module}.{a.name}" in names else node.module
+                          for a in node.names}
+        return found
+
+    graph = {name: imported(path, True) - {name} for name, path in names.items()}
+    done, on_path = set(), []
+
+    def visit(name: str) -> None:
+        if name in on_path:
+            raise AssertionError(f"import circle: {' -> '.join(on_path[on_path.index(name):] + [name])}")
+        if name in done:
+            return
+        on_path.append(name)
+        for other in sorted(graph[name]):
+            visit(other)
+        on_path.pop()
+        done.add(name)
+
+    for name in sorted(graph):
+        visit(name)
+
+    def command(module: str) -> str | None:
+        parts = module.split(".")
+        return parts[2] if len(parts) > 2 and parts[:2] == ["rlexp", "commands"] else None
+
+    crossing = sorted(f"{name} imports {other}" for name, path in names.items() if command(name)
+                      for other in imported(path, False) if command(other) not in (None, command(name)))
+    assert not crossing, crossing
+
+
 def test_readme_python_blocks_run(tmp_path, monkeypatch):
     import re
     from pathlib import Path

@@ -238,7 +238,7 @@ def test_output_folders_that_permission_bits_call_writable_are_tried():
 
     with pytest.raises(UserError, match=r"^run_dir=/proc/r: /proc (is not writable|can't hold a new directory \()"):
         check_writable(Path("/proc/r"), "run_dir=/proc/r")
-    with pytest.raises(UserError, match=r"^\+video_dir=/proc/v (is not writable|can't be created \(/proc: )"):
+    with pytest.raises(UserError, match=r"^\+video_dir=/proc/v: /proc (is not writable|can't hold a new directory \()"):
         check_writable_dir("/proc/v", "video_dir")
 
 
@@ -274,3 +274,25 @@ def test_fit_checks_its_run_dir_before_training():
     with pytest.raises(UserError, match=r"^run_dir=/proc/rlexp-run: /proc (is not writable|can't hold a new dir)"):
         agent.fit(max_steps=64, run_dir="/proc/rlexp-run")
     assert agent.steps == 0
+
+
+def test_the_checks_before_a_run_share_one_probe_env(monkeypatch):
+    """The fallback's env kind and the memory check of a run of many env copies (Acrobot: no tuned preset, so
+    the fallback's kind is asked for; 65 copies: memory is checked before they are made) make one env between
+    them, and the number of copies does not make another."""
+    from rlexp.build import check_memory_first
+    from rlexp.envs import make
+    from rlexp.presets.fallbacks import env_kind
+
+    made = []
+    real = make.env_from_config
+    monkeypatch.setattr(make, "_PROBED", {})
+    monkeypatch.setattr(make, "env_from_config", lambda cfg, seed, **kw: made.append(kw) or real(cfg, seed, **kw))
+    env = OmegaConf.create({"id": "Acrobot-v1", "n_envs": 65})
+    assert env_kind(env, 0) == "discrete_vector"
+    assert env_kind(OmegaConf.merge(env, {"n_envs": 8}), 0) == "discrete_vector"
+    from rlexp.agents import PPO
+
+    cfg = OmegaConf.create({"env": env, "seed": 0, "agent": {"n_steps": 16}})
+    check_memory_first(cfg, PPO, None, {"layers": [{"type": "dense", "units": 64}]})
+    assert made == [{"n_envs": 1, "vectorization": "sync"}]

@@ -225,7 +225,7 @@ def test_enqueued_configurations_train_after_the_baseline_with_their_other_value
 
 def test_the_baseline_keeps_the_pairs_group_choices(monkeypatch):
     """model=choice(mlp, mlp_large) in the space: trial 0 trains the model the pair trains untuned (auto)."""
-    import rlexp.commands.autotune as autotune
+    import rlexp.commands.autotune.request as autotune
 
     monkeypatch.setattr(autotune, "choices", lambda: {"agent": "a2c", "env": "cartpole", "model": "auto"})
     trial_cfg = OmegaConf.create({"agent": {"lr": 7e-4, "n_steps": 5}, "model": {"name": "mlp", "layers": []}})
@@ -236,7 +236,7 @@ def test_the_baseline_keeps_the_pairs_group_choices(monkeypatch):
 def test_the_baseline_covers_the_keys_a_search_space_takes_from_the_space_it_builds_on(monkeypatch):
     """sweep/a2c_continuous.yaml is `defaults: [a2c, _self_]` and gSDE: trial 0 trains the pair's untuned values of
     all of them, not only of the three it adds."""
-    import rlexp.commands.autotune as autotune
+    import rlexp.commands.autotune.request as autotune
 
     shipped = Path(__file__).parents[1] / "conf" / "sweep"
     monkeypatch.setattr(autotune, "hydra_preset", lambda group, name: (shipped / f"{name}.yaml", False))
@@ -271,7 +271,7 @@ def test_autotune_rungs_start_after_the_warm_up_and_leave_room_for_the_trials_ru
     100,000 per seed less 10 warm-ups leaves 0 steps... so a budget of 3x: 300,000 / 2 = 150,000 - 100,000 = 50,000
     over 9 + 9 x 7/3 + 1 x (9 - 7/3) = 36.67 first-rung lengths: L = 1,363; rungs 11,363 and 14,089 moved up to
     the evaluations (every L steps) after them: 9 L = 12,267 and 11 L = 14,993."""
-    from rlexp.commands.autotune import check_budget
+    from rlexp.commands.autotune.budget import check_budget
 
     defaults = OmegaConf.load(Path(__file__).parents[1] / "conf" / "config.yaml").autotune
     budget = check_budget(OmegaConf.create({"autotune": {**defaults, "budget": 3}}), 100_000, 10_000, 2)

@@ -85,7 +85,8 @@ def test_play_checks_directories_without_creating_them(tmp_path):
     assert check_writable_dir(tmp_path / "x/y", "video_dir") == tmp_path / "x/y"
     assert list(tmp_path.iterdir()) == []
     (tmp_path / "file").write_text("")
-    with pytest.raises(UserError, match=r"\+frame_dir=.*file/videos can't be created .* is not a directory"):
+    with pytest.raises(UserError, match=r"^\+frame_dir=.*file/videos: .*/file is a file, so .*file/videos can't be "
+                                        r"made; pass a directory$"):
         check_writable_dir(tmp_path / "file/videos", "frame_dir")
 
 

@@ -181,14 +181,10 @@ def check_memory_first(cfg: DictConfig, cls: type, buffer: Any, model: Mapping[s
     (the agent checks them again once built): a run too large for the machine is refused without making a
     million env copies first."""
     from rlexp.checks.memory import check_fits
-    from rlexp.envs.make import env_from_config
+    from rlexp.envs.make import probe_spaces
     from rlexp.envs.spaces import is_image
 
-    probe = env_from_config(cfg.env, cfg.seed, n_envs=1, vectorization="sync")
-    try:
-        obs_space, action_space = probe.single_observation_space, probe.single_action_space
-    finally:
-        probe.close()
+    obs_space, action_space = probe_spaces(cfg.env, cfg.seed)
     preset = cls.resolve_model(model, is_image(obs_space))
     params = OmegaConf.to_container(cfg.agent, resolve=True)
     check_fits(cls.memory_needs(obs_space, action_space, int(cfg.env.n_envs), params, buffer, preset))

@@ -277,3 +277,26 @@ def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vec
     params = dict(env_cfg)
     params.update(overrides)
     return make_envs(params.pop("id"), seed=seed, **params)
+
+
+_PROBED: dict[str, tuple[gym.Space, gym.Space]] = {}
+
+
+def probe_spaces(env_cfg: Any, seed: int | None) -> tuple[gym.Space, gym.Space]:
+    """(observation space, action space) of one env of `env_cfg`, made and closed once per process and config:
+    the checks before a run (the env's kind for the fallback, the memory a large run takes) share that one copy.
+    The number of copies and their vectorisation do not change the spaces, so they are not part of the key."""
+    import json
+
+    from omegaconf import DictConfig, OmegaConf
+
+    params = OmegaConf.to_container(env_cfg, resolve=True) if isinstance(env_cfg, DictConfig) else dict(env_cfg)
+    key = json.dumps({k: v for k, v in params.items() if k not in ("n_envs", "vectorization")} | {"seed": seed},
+                     sort_keys=True, default=str)
+    if key not in _PROBED:
+        envs = env_from_config(env_cfg, seed, n_envs=1, vectorization="sync")
+        try:
+            _PROBED[key] = envs.single_observation_space, envs.single_action_space
+        finally:
+            envs.close()
+    return _PROBED[key]

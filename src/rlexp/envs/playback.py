@@ -13,7 +13,7 @@ import numpy as np
 
 from rlexp.envs.wrappers import with_lost_lives
 from rlexp.errors import UserError
-from rlexp.runs.files import cannot_make_dir_in
+from rlexp.runs.files import check_writable
 
 log = logging.getLogger("rlexp")
 
@@ -32,18 +32,9 @@ def writable_dir(path: str | os.PathLike, key: str) -> Path:
 
 def check_writable_dir(path: str | os.PathLike, key: str) -> Path:
     """Check, creating nothing, that `path` is a writable directory or can be made one, or raise a one-line
-    UserError naming `key`."""
+    UserError naming `+key=path` (rlexp.runs.files.check_writable, as run dirs are checked)."""
     path = Path(path).expanduser()
-    existing = Path(os.path.abspath(path))
-    while not existing.exists() and existing.parent != existing:
-        existing = existing.parent
-    if not existing.is_dir():
-        raise UserError(f"+{key}={path} can't be created ({existing} is not a directory); pick a writable directory")
-    if not os.access(existing, os.W_OK | os.X_OK):
-        raise UserError(f"+{key}={path} is not writable; pick a writable directory")
-    reason = cannot_make_dir_in(existing)
-    if reason:
-        raise UserError(f"+{key}={path} can't be created ({existing}: {reason}); pick a writable directory")
+    check_writable(Path(os.path.abspath(path)), f"+{key}={path}")
     return path
 
 

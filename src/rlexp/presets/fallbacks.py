@@ -23,16 +23,12 @@ log = logging.getLogger("rlexp")
 
 
 def env_kind(env_cfg: Any, seed: int) -> str:
-    """<action kind>_<vector|image> of the env (one copy, made and closed)."""
-    from rlexp.envs.make import env_from_config
+    """<action kind>_<vector|image> of the env (from the one copy the run's checks share)."""
+    from rlexp.envs.make import probe_spaces
     from rlexp.envs.spaces import is_image, space_kind
 
-    envs = env_from_config(env_cfg, seed, n_envs=1, vectorization="sync")
-    try:
-        obs = "image" if is_image(envs.single_observation_space) else "vector"
-        return f"{space_kind(envs.single_action_space)}_{obs}"
-    finally:
-        envs.close()
+    obs_space, action_space = probe_spaces(env_cfg, seed)
+    return f"{space_kind(action_space)}_{'image' if is_image(obs_space) else 'vector'}"
 
 
 def fallback_path(name: str):

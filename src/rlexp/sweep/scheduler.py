@@ -7,7 +7,10 @@ import time
 from concurrent.futures import FIRST_COMPLETED, Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    import optuna
 
 
 @dataclass
@@ -23,6 +26,21 @@ class Job:
     started: float = 0.0       # wall-clock seconds (time.time()), set by Slots
     ended: float = 0.0
     result: Any = field(default=None, repr=False)
+
+
+@dataclass
+class Running:
+    """A trial in flight: its jobs (one per seed) and how they ended."""
+
+    trial: optuna.trial.Trial
+    jobs: list[Job]
+    pending: list[Job] = field(default_factory=list)   # seeds not started yet
+    ended: list[Job] = field(default_factory=list)
+    stop: bool = False                                   # pruned or failed: its other seeds need not run
+
+    @property
+    def finished(self) -> bool:
+        return len(self.ended) == len(self.jobs)
 
 
 def runs_in_process(launcher: Any) -> bool:

@@ -11,7 +11,6 @@ import functools
 import json
 import logging
 import math
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -21,14 +20,15 @@ from optuna.distributions import BaseDistribution
 from optuna.trial import TrialState
 
 from rlexp.errors import Started, SweepError
+from rlexp.sweep.budget import Budget
 from rlexp.sweep.pruning import LEADER_ENDED, TRIAL_ENV
 from rlexp.sweep.checks import MEASURE_ATTR, SPACE_ATTR, Checks
 from rlexp.sweep.confirm import Confirmation
 from rlexp.sweep.report import BASELINE_ATTR, STEPS_ATTR, Report, _format, params_of
-from rlexp.sweep.scheduler import Job, Slots, runs_in_process, steps_on_disk
+from rlexp.sweep.scheduler import Job, Running, Slots, runs_in_process
 from rlexp.sweep.trials import (FIRST_ATTR, INTERRUPTED_ATTR, REFERENCE_ATTR, RESERVED_ATTR, aggregate,
                                 counted_trials, first_key, reseed, trial_seed)
-from rlexp.sweep.settings import _shown, check_settings, one_line
+from rlexp.sweep.settings import check_settings, one_line
 from rlexp.sweep.space import baseline_params, described, grid_choices, grid_points, search_space, sweep_hash
 from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, stale_trial_ids, storage_url
 
@@ -37,22 +37,7 @@ log = logging.getLogger("rlexp.sweep")
 DEFAULT_SWEEP_DIR = "multirun/${oc.select:hydra.sweeper.study_name,${now:%Y-%m-%d}/${now:%H-%M-%S}}"
 
 
-@dataclass
-class Running:
-    """A trial in flight: its jobs (one per seed) and how they ended."""
-
-    trial: optuna.trial.Trial
-    jobs: list[Job]
-    pending: list[Job] = field(default_factory=list)   # seeds not started yet
-    ended: list[Job] = field(default_factory=list)
-    stop: bool = False                                   # pruned or failed: its other seeds need not run
-
-    @property
-    def finished(self) -> bool:
-        return len(self.ended) == len(self.jobs)
-
-
-class OptunaSweep(Checks, Confirmation, Report):
+class OptunaSweep(Budget, Checks, Confirmation, Report):
     """The sweep itself; `RlexpOptunaSweeper` (the Hydra plugin) hands it its config, launcher and arguments."""
 
     def __init__(self, settings: Mapping[str, Any], config, launcher, config_loader=None) -> None:
@@ -257,16 +242,6 @@ class OptunaSweep(Checks, Confirmation, Report):
                 return owner.pending.pop(0)
         return None
 
-    def budget_left(self, study: optuna.Study) -> int:
-        """max_env_steps less what finished trials trained and what running ones may train (their full length)."""
-        used = 0
-        for trial in study.get_trials(deepcopy=False):
-            if trial.state == TrialState.RUNNING:
-                used += int(trial.user_attrs.get(RESERVED_ATTR, 0))
-            else:
-                used += int(trial.user_attrs.get(STEPS_ATTR, 0))
-        return self.cap - used
-
     def claim(self, study: optuna.Study) -> optuna.trial.Trial | None:
         """The study's next trial for this worker, or None when the study holds n_trials (a grid: each point once)
         or the step budget can't take one more. Under the claim lock, so that workers never overshoot."""
@@ -386,20 +361,6 @@ class OptunaSweep(Checks, Confirmation, Report):
                 f"hydra.sweep.dir='{self.sweep_dir}'", f"hydra.sweep.subdir={subdir}",
                 f"++hydra.job.env_set.{TRIAL_ENV}='{json.dumps(spec)}'"]
 
-    def trial_steps(self, fixed: Mapping[str, str], distributions: Mapping[str, BaseDistribution]) -> int:
-        """The env steps one trial may train on all its seeds (its run.max_steps x seeds_per_trial), for
-        max_env_steps: run.max_steps must be one value for every trial."""
-        if any(k.lstrip("+~") == "run.max_steps" for k in distributions):
-            raise SweepError("hydra.sweeper.max_env_steps budgets trials of one length: drop the sweep over "
-                             "run.max_steps or hydra.sweeper.max_env_steps")
-        value = next((v for k, v in fixed.items() if k.lstrip("+~") == "run.max_steps"), None)
-        value = OmegaConf.select(self.config, "run.max_steps", default=None) if value is None else value
-        try:
-            return int(float(value)) * self.n_seeds
-        except (TypeError, ValueError):
-            raise SweepError(f"hydra.sweeper.max_env_steps needs a number of run.max_steps, not {_shown(value)}") \
-                from None
-
     # -- how jobs and trials ended ------------------------------------------------------------------------
     def outcome(self, ret: Any) -> tuple[TrialState, dict[str, float] | None, str | None]:
         """How one job ended: (state, its metrics, its one-line error); a seed never started counts as pruned."""
@@ -440,37 +401,6 @@ class OptunaSweep(Checks, Confirmation, Report):
         if stale and say:
             log.info(f"marked {len(stale)} trial(s) left running by a stopped sweep FAIL; they are run again")
         return stale
-
-    def interrupted_steps(self, owner: Running) -> int:
-        """The env steps an interrupted trial counts against max_env_steps: its ended seeds' own, and each seed
-        still running at its full length (its run dir can lag behind what it trained by its last seconds)."""
-        steps = 0
-        for job in owner.jobs:
-            if job in owner.ended:
-                steps += self.job_steps_trained(job)
-            elif job.started:
-                steps += max(self.job_steps, steps_on_disk(self.sweep_dir / job.subdir))
-        return steps
-
-    def steps_trained(self, number: int) -> int:
-        """The env steps trial `number`'s folders show its seeds trained (an interrupted or killed trial's: they
-        count against max_env_steps though the trial is run again)."""
-        folder = self.sweep_dir / f"trial_{number}"
-        seeds = [path for path in folder.glob("seed_*") if path.is_dir()] if self.n_seeds > 1 else [folder]
-        return sum(steps_on_disk(path) for path in seeds)
-
-    def job_steps_trained(self, job: Job) -> int:
-        """The env steps one job trained: a finished one's, a pruned one's at its pruning, else its run dir's."""
-        ret = job.result
-        if ret is None:
-            return 0
-        if not isinstance(ret, BaseException):
-            if ret.status.name == "COMPLETED" and isinstance(ret.return_value, dict):
-                return int(ret.return_value.get("steps", 0))
-            steps = getattr(ret._return_value, "steps", None)
-            if steps is not None:
-                return int(steps)
-        return steps_on_disk(self.sweep_dir / job.subdir)
 
     def record(self, study: optuna.Study, owner: Running) -> int:
         """Tell the study how the trial (all its seeds) ended and print its line; returns 1 for a failure."""
