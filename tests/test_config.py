@@ -121,6 +121,18 @@ def test_the_architecture_map_names_what_is_under_src():
     assert not unnamed, f"docs/architecture.md does not name {unnamed}: add a line for each"
 
 
+def test_the_wheel_lists_every_package_under_src():
+    """pyproject.toml names its packages one by one: a package added under src/ and not listed there would be
+    missing from the installed wheel (the editable install in development still finds it)."""
+    import tomllib
+    from pathlib import Path
+
+    root = Path(__file__).parents[1]
+    listed = set(tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    under_src = {".".join(p.parent.relative_to(root / "src").parts) for p in (root / "src").rglob("__init__.py")}
+    assert not under_src - listed, f"pyproject.toml's packages lack {sorted(under_src - listed)}"
+
+
 def test_no_module_imports_in_a_circle_and_no_command_imports_another():
     """The import graph of src/rlexp, read from the source: module-level imports form no circle, and no command
     (rlexp.commands.<mode>) imports another, anywhere in its code."""
