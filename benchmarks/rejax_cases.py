@@ -37,10 +37,6 @@ def case(name: str) -> tuple[object, int]:
         return ppo("CartPole-v1", 100_000, num_envs=8, num_steps=32, num_epochs=20, num_minibatches=1,
                    learning_rate=1e-3, gamma=0.98, gae_lambda=0.8, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
                    max_grad_norm=0.5), 100_000
-    if name == "ppo-pendulum":  # conf/tuned/ppo_pendulum.yaml: 4 x 1024 steps, 64 minibatches, 10 epochs
-        return ppo("Pendulum-v1", 300_000, num_envs=4, num_steps=1024, num_epochs=10, num_minibatches=64,
-                   learning_rate=1e-3, gamma=0.9, gae_lambda=0.95, clip_eps=0.2, ent_coef=0.0, vf_coef=0.5,
-                   max_grad_norm=0.5), 300_000
     if name == "td3-pendulum":  # RL Zoo's td3.yml Pendulum-v1 row: [400, 300] ReLU, 10k random steps, batch 256
         algo = TD3.create(env="Pendulum-v1", total_timesteps=20_000, eval_freq=20_000, skip_initial_evaluation=True,
                           num_envs=1, learning_rate=1e-3, gamma=0.98, buffer_size=200_000, fill_buffer=10_000,
@@ -48,7 +44,7 @@ def case(name: str) -> tuple[object, int]:
         space = algo.env.action_space(algo.env_params)
         actor = DeterministicPolicy(int(np.prod(space.shape)), (space.low, space.high), (400, 300), jax.nn.relu)
         return algo.replace(actor=actor, critic=QNetwork((400, 300), jax.nn.relu)), 20_000
-    raise SystemExit(f"unknown case {name}; choose from ppo-cartpole, ppo-pendulum, td3-pendulum")
+    raise SystemExit(f"unknown case {name}; choose from ppo-cartpole, td3-pendulum")
 
 
 def main() -> None:
