@@ -76,6 +76,9 @@ CASES = {
     "dqn-cartpole-zoo": Case(["agent=dqn", "env=cartpole"], "dqn-cartpole-zoo", 50_000,
                              "RL Zoo's dqn.yml CartPole-v1 row, as dqn-mountaincar-zoo (env=cartpole: the row under "
                              "tuned/dqn_cartpole.yaml, which sets only the stop rule, off here)"),
+    "ppo-hopper-zoo": Case(["agent=ppo", "env=hopper"], "ppo-hopper-zoo", 1_000_448,
+                           "RL Zoo's ppo.yml Hopper-v4 row on gymnasium's Hopper-v5, as dqn-mountaincar-zoo (1,000,448 "
+                           "env steps: the whole rollouts of 512 that pass its 1,000,000)"),
     "trpo-mountaincar-zoo": Case(["agent=trpo", "env=generic", "env.id=MountainCar-v0"], "trpo-mountaincar-zoo",
                                  100_352, "RL Zoo's trpo.yml MountainCar-v0 row, as dqn-mountaincar-zoo (100,352 env "
                                  "steps: the whole rollouts that pass its 100,000)"),
