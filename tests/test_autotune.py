@@ -131,8 +131,8 @@ def test_the_portfolio_trains_the_agents_tuned_values_for_other_envs_of_the_kind
                    "run.max_steps=6144", "autotune.budget=2.5", "autotune.trials=3", "autotune.seeds=1",
                    "autotune.rungs=2", "autotune.eval_episodes=2", "autotune.portfolio=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert ("trials 1-2 start from the values of the tuned presets a2c_lunarlander, a2c_acrobot (autotune.portfolio)"
-            in result.stdout)
+    assert ("trials 1-2 start from the values tuned for other envs: tuned/a2c_lunarlander.yaml, tuned/a2c_acrobot.yaml "
+            "(autotune.portfolio)" in result.stdout)
     (study,) = (tmp_path / "multirun").iterdir()
     agents = [saved(study / f"trial_{n}")["agent"] for n in range(3)]
     envs = [saved(study / f"trial_{n}")["env"] for n in range(3)]
@@ -157,7 +157,8 @@ def test_the_portfolio_tries_the_same_task_with_the_other_kind_of_actions_first(
                    *[a for a in BUDGET if not a.startswith(("autotune.trials", "autotune.portfolio"))],
                    "autotune.trials=2", "autotune.portfolio=1")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    assert "trials 1-1 start from the values of the tuned presets ppo_lunarlander (autotune.portfolio)" in result.stdout
+    assert ("trials 1-1 start from the values tuned for other envs: tuned/ppo_lunarlander.yaml (autotune.portfolio)"
+            in result.stdout)
     (study,) = (tmp_path / "multirun").iterdir()
     trial = saved(study / "trial_1")
     # conf/tuned/ppo_lunarlander.yaml's values on the pair's env

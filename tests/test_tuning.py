@@ -452,3 +452,26 @@ def test_a_rung_compares_trials_at_its_own_step(tmp_path):
     with pytest.raises(optuna.TrialPruned, match="pruned at step 200"):
         second.scalars(600, {"episode/mean_return": 40.0})
     assert study._storage.get_trial(second_id).user_attrs["rung_200"] == pytest.approx(19.0 + 21.0 * 10 / 410)
+
+
+def test_the_portfolio_takes_rl_zoos_rows_of_env_presets_without_a_tuned_preset():
+    """TD3 on MountainCarContinuous-v0: env=pendulum has no tuned TD3 preset, only RL Zoo's td3.yml Pendulum-v1 row,
+    whose values (lr 1e-3, gamma 0.98, 400-300 network, 20k steps) make it a candidate, named by the row; presets
+    of image envs and the pair's own env are none."""
+    from hydra import compose, initialize_config_module
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlexp.presets.portfolio import candidates
+
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["agent=td3", "env=generic",
+                                                       "env.id=MountainCarContinuous-v0"], return_hydra_config=True)
+        HydraConfig.instance().set_config(cfg)
+        found = {c.name: c for c in candidates("td3", "MountainCarContinuous-v0", "continuous_vector",
+                                               {"agent.lr", "agent.gamma"}, 0)}
+    pendulum = found["td3_pendulum"]
+    assert (pendulum.row, pendulum.label, pendulum.own, pendulum.max_steps) == (
+        "td3.yml Pendulum-v1", "RL Zoo's row td3.yml Pendulum-v1", False, 20_000)
+    assert (pendulum.values["agent.lr"], pendulum.values["agent.gamma"]) == (1e-3, 0.98)
+    assert found["td3_bipedal"].row is None and found["td3_bipedal"].label == "tuned/td3_bipedal.yaml"
+    assert not {"td3_pong", "td3_breakout", "td3_generic"} & set(found)

@@ -1,5 +1,6 @@
-"""mode=autotune's portfolio: the values the agent's tuned presets hold for other envs of the same kind (rlexp's,
-from RL Zoo's tuned rows, and your own earlier autotunes), trained as the study's first trials after the baseline.
+"""mode=autotune's portfolio: the values the agent is tuned with for other envs of the same kind (its tuned presets:
+rlexp's, over RL Zoo's rows, and your own earlier autotunes; and RL Zoo's rows for env presets without one),
+trained as the study's first trials after the baseline.
 A study of ten trials seldom samples a working configuration of a dozen keys; values that work on a similar env
 often do (portfolio warm-starting: Optuna's enqueue_trial with known-good configurations). The most similar env is
 the same task with the other kind of actions (LunarLander-v3 for LunarLanderContinuous-v3: RL Zoo tunes both
@@ -28,6 +29,14 @@ class Candidate:
     max_steps: int
     values: dict[str, Any]
     same_task: bool = False  # an env of the pair's family (`env_family`), whatever its actions
+    row: str | None = None  # RL Zoo's row it is (`file row`), where no tuned preset of the env holds it
+
+    @property
+    def label(self) -> str:
+        """Where its values come from, as autotune names it: tuned/<name>.yaml, or the RL Zoo row."""
+        if self.row is not None:
+            return f"RL Zoo's row {self.row}"
+        return f"tuned/{self.name}.yaml" + (" (yours)" if self.own else "")
 
 
 def env_family(env_id: str) -> str:
@@ -47,6 +56,17 @@ def tuned_presets(agent: str) -> list[tuple[str, str]]:
     names = loader.get_group_options("tuned")
     pairs = [(name, name[len(agent) + 1:]) for name in names if name.startswith(f"{agent}_")]
     return [(name, env) for name, env in pairs if env and preset_exists("env", env)]
+
+
+def untuned_envs(agent: str) -> list[str]:
+    """The env presets (but env=generic) without a tuned preset of the agent: their RL Zoo rows are candidates."""
+    from hydra.core.global_hydra import GlobalHydra
+
+    from rlexp.runs.dirs import GENERIC_ENV
+
+    tuned = {env for _, env in tuned_presets(agent)}
+    envs = GlobalHydra.instance().config_loader().get_group_options("env")
+    return [env for env in envs if env not in tuned and env != GENERIC_ENV]
 
 
 def preset_values(config: DictConfig, group_choices: dict[str, str], keys: set[str]) -> dict[str, Any]:
@@ -103,27 +123,32 @@ def candidates(agent: str, env_id: str, kind: str, keys: set[str], seed: int) ->
     from rlexp.presets.zoo.merge import merge_zoo, zoo_row
 
     found = []
-    for name, env in tuned_presets(agent):
-        path, own = hydra_preset("tuned", name)
+    sources = [(name, env, True) for name, env in tuned_presets(agent)]
+    sources += [(f"{agent}_{env}", env, False) for env in untuned_envs(agent)]
+    for name, env, tuned in sources:
+        path, own = hydra_preset("tuned", name) if tuned else (None, False)
         try:
             config = compose(config_name=HydraConfig.get().job.config_name,
                              overrides=[f"agent={agent}", f"env={env}"], return_hydra_config=True)
+            row = None if own else zoo_row(agent, config)[0]
+            if not tuned and row is None:
+                continue  # an env preset with neither a tuned preset nor a row of the agent
             other_kind, same_task = env_kind(config.env, seed), env_family(str(config.env.id)) == env_family(env_id)
             observations_differ = other_kind.split("_")[1] != kind.split("_")[1]
             if str(config.env.id) == env_id or observations_differ or (other_kind != kind and not same_task):
                 continue
-            wanted = keys | {key for key in set_keys(path) if key not in BUDGET_KEYS}
-            row = None if own else zoo_row(agent, config)[0]
+            wanted = keys | ({key for key in set_keys(path) if key not in BUDGET_KEYS} if tuned else set())
             if row is not None:  # a shipped preset is what rlexp sets over the env's RL Zoo row: the row's values too
-                config = merge_zoo(config, row, [], {}, over=OmegaConf.load(path))
+                config = merge_zoo(config, row, [], {}, over=OmegaConf.load(path) if tuned else None)
                 wanted |= {key for key in row_keys(row) if key not in BUDGET_KEYS}
         except Exception as error:  # noqa: BLE001 - a preset that doesn't compose, an env this machine can't make
             # (no MuJoCo, no ROMs): not a candidate; said aloud for your own presets
-            (log.warning if own else log.debug)(f"portfolio: tuned/{name}.yaml skipped: {error}")
+            (log.warning if own else log.debug)(f"portfolio: {name} skipped: {error}")
             continue
         group_choices = {k: str(v) for k, v in config.hydra.runtime.choices.items()}
         found.append(Candidate(name, own, int(float(config.run.max_steps)),
-                               preset_values(config, group_choices, wanted), same_task))
+                               preset_values(config, group_choices, wanted), same_task,
+                               None if tuned else row.source.split(" (")[0]))
     return found
 
 

@@ -85,8 +85,8 @@ def autotune(cfg: DictConfig) -> float:
              f"{budget.trial_steps:,} steps{warmup}, {halving} (evaluated every {budget.eval_interval:,}); search "
              f"space sweep/{space}.yaml; study {sweep_dir}")
     if starts:
-        log.info(f"trials 1-{len(starts)} start from the values of the tuned presets "
-                 f"{', '.join(c.name + (' (yours)' if c.own else '') for c in starts)} (autotune.portfolio)")
+        log.info(f"trials 1-{len(starts)} start from the values tuned for other envs: "
+                 f"{', '.join(c.label for c in starts)} (autotune.portfolio)")
     run(study_command(config_dir, agent, space, overrides, budget, study, sweep_dir, baseline,
                       [c.values for c in starts]),
         env={**os.environ, FOR_AUTOTUNE: "1"})  # its report leaves the command to train to autotune
@@ -98,7 +98,7 @@ def autotune(cfg: DictConfig) -> float:
         write_atomic(target / "env" / f"{env_name}.yaml", lambda f: f.write(env_text.encode()))
     path = target / "tuned" / f"{agent}_{env_name}.yaml"
     replaced = path.exists()
-    origin = f"the values of tuned/{starts[best - 1].name}.yaml" if 0 < best <= len(starts) else None
+    origin = f"the values of {starts[best - 1].label}" if 0 < best <= len(starts) else None
     text = tuned_header(cfg, study, sweep_dir, budget, best, results, picked, origin) + to_yaml(values)
     write_atomic(path, lambda f: f.write(text.encode()))
     command = ["python", "-m", "rlexp", "--config-dir", config_dir, f"agent={agent}", f"env={env_name}", *picked,
