@@ -25,7 +25,7 @@ from pathlib import Path
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from current import RESULTS, commit, now, same_code, write_table  # noqa: E402
+from current import RESULTS, commit, machine, now, same_code, write_table  # noqa: E402
 from learning import CASES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -96,7 +96,8 @@ def measure(name: str, seeds: list[int], multiple: float, fallback: list[float])
     budget = float(next(a for a in args if a.startswith("run.max_steps=")).split("=")[1])
     return dict(pair=name, budget=int(budget), multiple=multiple, wall_s=round(wall, 1), study_steps=results["env_steps"],
                 trials=results["trials"], best_trial=results["best_trial"], seeds=seeds, tuned=tuned,
-                fallback=fallback, zoo=zoo, command=" ".join(["mode=autotune", *args]), date=now(), commit=commit())
+                fallback=fallback, zoo=zoo, command=" ".join(["mode=autotune", *args]), date=now(), commit=commit(),
+                machine=machine().split(",")[0])
 
 
 def beats(row: dict) -> bool:
@@ -120,7 +121,8 @@ def markdown(rows: list[dict]) -> str:
              "printed, on each seed), of the fallback preset at the same steps and seeds (learning.md's `fallback-*` "
              "commands, trained again with the row's code) and RL Zoo's score. Each pair's budgets run from the "
              "smallest up, stopping at the first whose preset beats the fallback (`--budgets 1 3 10`); where 1x beat "
-             "it, a larger budget was measured too (`--budgets 3` or `--budgets 10`).", "",
+             "it, a larger budget was measured too (`--budgets 3` or `--budgets 10`). Rows name their machine where it is "
+             "not the Intel Xeon (AMX) the table was first measured on.", "",
              "| pair | budget | command | autotune wall s | study env steps | trials | best | seeds | tuned | fallback "
              "| RL Zoo | tuned beats fallback | measured |",
              "|---|---:|---|---:|---:|---|---:|---|---|---|---:|---|---|"]
@@ -130,6 +132,7 @@ def markdown(rows: list[dict]) -> str:
                      f"{r['study_steps']:,} ({r['study_steps'] / r['budget']:.2f}x) | {trials} | {r['best_trial']} | "
                      f"{', '.join(map(str, r['seeds']))} | {scores(r['tuned'])} | {scores(r['fallback'])} | "
                      f"{r['zoo']:.1f} | {'yes' if beats(r) else 'no'} | {r.get('date', '')} {r.get('commit', '')}"
+                     f"{', ' + r['machine'] if r.get('machine') else ''}"
                      f"{fallback_note(r)}{'; ' + r['note'] if r.get('note') else ''} |")
     verdicts = []
     for pair in dict.fromkeys(r["pair"] for r in rows):
