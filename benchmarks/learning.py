@@ -66,6 +66,9 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "td3-hopper": (["agent=td3", "env=hopper", "run.max_steps=1e6", "run.target_reward=null"], 2500),
     "sac-halfcheetah": (["agent=sac", "env=halfcheetah", "run.max_steps=1e6", "run.target_reward=null"], 8000),
     "sac-hopper": (["agent=sac", "env=hopper", "run.max_steps=1e6", "run.target_reward=null"], 2500),
+    # PPO on RL Zoo's MuJoCo rows (Hopper's tuned row; Ant's, the MuJoCo default row), 1M steps
+    "ppo-hopper": (["agent=ppo", "env=hopper", "run.max_steps=1e6", "run.target_reward=null"], 2000),
+    "ppo-ant": (["agent=ppo", "env=ant", "run.max_steps=1e6", "run.target_reward=null"], 1000),
     # PPO Pong at 10M frames (2.5M agent steps); the first two squeeze RL Zoo's schedules into that budget; the
     # first three keep Keras' Adam epsilon (1e-7), the preset's before it took SB3's 1e-5
     "ppo-pong-fp32": ([*PONG_10M_FRAMES, "run.mixed_precision=false", "agent.opt_epsilon=1e-7"], 18),
