@@ -8,7 +8,8 @@ if ! ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1; then
 fi
 PG_BIN=$(ls -d /usr/lib/postgresql/*/bin | sort -V | tail -1)
 PG_DATA=$(mktemp -d /tmp/rlexp-pg.XXXXXX)
-PG_PORT=${RLEXP_PG_PORT:-54329}
+# a free port on loopback unless RLEXP_PG_PORT names one (a server left running elsewhere keeps its own)
+PG_PORT=${RLEXP_PG_PORT:-$(python3 -c 'import socket; s = socket.socket(); s.bind(("127.0.0.1", 0)); print(s.getsockname()[1])')}
 AS_PG=(); [ "$(id -u)" = 0 ] && { chown postgres "$PG_DATA"; AS_PG=(runuser -u postgres --); }
 "${AS_PG[@]}" "$PG_BIN/initdb" -D "$PG_DATA" -A trust -U postgres >/dev/null
 "${AS_PG[@]}" "$PG_BIN/pg_ctl" -D "$PG_DATA" -l "$PG_DATA/server.log" -w \
