@@ -342,7 +342,8 @@ def test_corrupt_checkpoint_and_unwritable_video_dir_are_one_line(trained, tmp_p
     blocker = tmp_path / "file"
     blocker.write_text("x")
     video = rlexp(cwd, "mode=play", f"+video_dir={blocker}/videos")
-    assert video.returncode == 2 and "pick a writable directory" in video.stdout + video.stderr
+    assert video.returncode == 2 and (f"+video_dir={blocker}/videos: {blocker} is a file, so {blocker}/videos can't be "
+                                      "made; pass a directory") in video.stdout + video.stderr
 
 
 def test_atari_run_records_its_precision_and_resumes_on_envpool(tmp_path):
