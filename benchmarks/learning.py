@@ -69,6 +69,9 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     # PPO on RL Zoo's MuJoCo rows (Hopper's tuned row; Ant's, the MuJoCo default row), 1M steps
     "ppo-hopper": (["agent=ppo", "env=hopper", "run.max_steps=1e6", "run.target_reward=null"], 2000),
     "ppo-ant": (["agent=ppo", "env=ant", "run.max_steps=1e6", "run.target_reward=null"], 1000),
+    # RL Zoo's tuned PPO rows for HalfCheetah and Walker2d (benchmark.md: 5,819.1 and 3,478.8 on v3), 1M steps
+    "ppo-halfcheetah": (["agent=ppo", "env=halfcheetah", "run.max_steps=1e6", "run.target_reward=null"], 5819.1),
+    "ppo-walker2d": (["agent=ppo", "env=walker2d", "run.max_steps=1e6", "run.target_reward=null"], 3478.8),
     # PPO Pong at 10M frames (2.5M agent steps); the first two squeeze RL Zoo's schedules into that budget; the
     # first three keep Keras' Adam epsilon (1e-7), the preset's before it took SB3's 1e-5
     "ppo-pong-fp32": ([*PONG_10M_FRAMES, "run.mixed_precision=false", "agent.opt_epsilon=1e-7"], 18),
