@@ -197,6 +197,26 @@ def test_runs_that_picked_the_same_dir_name_in_one_second_each_claim_their_own(t
     assert sorted(p.name for p in picked.parent.iterdir()) == [picked.name, picked.name + "_1", picked.name + "_2"]
 
 
+@pytest.mark.e2e
+def test_train_claims_its_run_dir_before_it_builds_and_a_refused_build_leaves_no_folder(tmp_path):
+    """Train's one pass: presets resolved, the config checked, the run dir claimed, then the envs and agent built.
+    A run dir that can't be claimed is refused before any env is made (the env makes its marker file when built);
+    a value only the build refuses (an agent that doesn't fit the env's actions) leaves no folder behind, not even
+    outputs/."""
+    marker = tmp_path / "env_made"
+    corridor = ["env=generic", "env.id=MyEnvs/Corridor-v0", "env.imports=[my_envs]", "fallback=none",
+                f"+env.kwargs={{marker:'{marker}'}}", "run.max_steps=64"]
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "notes.txt").write_text("mine\n")
+    taken = rlexp(tmp_path, *corridor, "hydra.run.dir=full")
+    assert taken.returncode == 2 and "full holds files already" in taken.stderr, taken.stdout + taken.stderr
+    assert not marker.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["full"]
+    refused = rlexp(tmp_path, *corridor, "agent=td3")  # the agent-env pairing: checked on the built envs
+    assert "agent=td3 does not support discrete actions" in refused.stderr
+    assert refused.returncode == 2 and len(refused.stderr.strip().splitlines()) == 1, refused.stdout + refused.stderr
+    assert marker.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["env_made", "full"]
+
+
 def test_a_resumed_runs_first_progress_line_counts_its_own_steps_after_new_episodes(monkeypatch, caplog):
     """Resumed at step 10,000 after 50 episodes: no line at 5 new episodes (log_frequency 10), then at 60 episodes
     and step 10,600 after 2 s, 600 steps / 2 s = 300 steps/s (not 10,600 / 2 s, nor one iteration's rate)."""

@@ -5,7 +5,7 @@ from __future__ import annotations
 import gc
 import logging
 import os
-from typing import Any, Mapping
+from typing import Any, Mapping, NamedTuple
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
@@ -190,16 +190,19 @@ def check_memory_first(cfg: DictConfig, cls: type, buffer: Any, model: Mapping[s
     check_fits(cls.memory_needs(obs_space, action_space, int(cfg.env.n_envs), params, buffer, preset))
 
 
-def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None):
-    """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class)."""
-    from rlexp.envs.make import env_from_config
-    from rlexp.models.networks import is_recurrent
+class Checked(NamedTuple):
+    """What `check_config` found the config to build: the agent class, its replay buffer (None on-policy) and the
+    model preset as a plain dict."""
+    cls: type
+    buffer: Any
+    model: dict[str, Any]
 
+
+def check_config(cfg: DictConfig, n_envs: int | None = None) -> Checked:
+    """The checks a config passes before any env is made or run dir claimed: the agent's class and the types of
+    its values, the buffer's, and (for more than `PROBE_ABOVE` envs) the run's memory needs from one probe env."""
     cls = agent_class(cfg.agent._target_)
     check_types("agent", {k: v for k, v in cfg.agent.items() if k != "_target_"}, cls)
-    overrides = {"render_mode": render_mode} if render_mode else {}
-    if n_envs is not None:
-        overrides["n_envs"] = n_envs
     buffer = None
     if cls.off_policy:
         buffer_target = str(cfg.buffer.get("_target_", ""))
@@ -214,6 +217,20 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     model = OmegaConf.to_container(cfg.model, resolve=True)
     if int(cfg.env.n_envs) > PROBE_ABOVE and n_envs is None:
         check_memory_first(cfg, cls, buffer, model)
+    return Checked(cls, buffer, model)
+
+
+def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None,
+                checked: Checked | None = None):
+    """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class), `checked`
+    by `check_config` (which runs here when it is not given)."""
+    from rlexp.envs.make import env_from_config
+    from rlexp.models.networks import is_recurrent
+
+    cls, buffer, model = checked or check_config(cfg, n_envs)
+    overrides = {"render_mode": render_mode} if render_mode else {}
+    if n_envs is not None:
+        overrides["n_envs"] = n_envs
     envs = env_from_config(cfg.env, cfg.seed, **overrides)
     check_pairing(cls, envs, cfg.env.id)
     from rlexp.envs.spaces import is_image

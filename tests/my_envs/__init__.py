@@ -10,8 +10,10 @@ class Corridor(gym.Env):
     """Walk a corridor of `length` cells: reward 1 per step, whatever the action, and the episode ends after
     `length` steps, so every episode's return is exactly `length` (tests check wrappers against it)."""
 
-    def __init__(self, length: int = 5) -> None:
+    def __init__(self, length: int = 5, marker: str = "") -> None:
         self.length = int(length)
+        if marker:  # tests see when the env was made: this file then exists
+            open(marker, "a").close()
         self.observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
         self.action_space = gym.spaces.Discrete(2)
         self.position = 0

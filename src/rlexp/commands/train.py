@@ -9,11 +9,12 @@ from typing import Any
 from hydra.core.hydra_config import HydraConfig
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlexp.build import build_agent, setup_tensorflow, startup_done
+from rlexp.build import build_agent, check_config, setup_tensorflow, startup_done
 from rlexp.errors import RunFailed, UserError
 from rlexp.runs.checkpoints import PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
 from rlexp.runs.dirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep,
-                             new_run_dir, run_config, run_dir_key, stored_config, task_overrides, write_run_config)
+                             new_run_dir, run_config, run_dir_key, stored_config, task_overrides, unclaim_run_dir,
+                             write_run_config)
 from rlexp.runs.evaluation import (deterministic_eval, deterministic_final_eval, eval_envs, eval_kind, evaluate,
                                    mean_std)
 from rlexp.runs.files import check_writable
@@ -68,30 +69,40 @@ def train(cfg: DictConfig) -> float | dict[str, float]:
     preset_line, lock, ckpt = None, None, None
     if resume and init_from:
         raise UserError("+resume continues a run, +init_from starts a new one from a run's weights: pass one of them")
-    try:
+    try:  # one pass: resolve the presets -> check -> claim the run dir -> build -> fit
         if resume:
             cfg, run_dir, ckpt, lock = resume_setup(cfg, str(resume))
+            setup_tensorflow(cfg)
+            checked = check_config(cfg)
         else:
             check_presets(cfg, choices())
             from rlexp.presets.fallbacks import apply_fallback
 
             cfg, preset_line = apply_fallback(cfg, choices(), task_overrides())
+            setup_tensorflow(cfg)
+            checked = check_config(cfg)
             run_dir = new_run_dir(cfg)
-        setup_tensorflow(cfg)
-        agent = build_agent(cfg)
-        if preset_line:
-            log.info(preset_line)
-        if init_from and not resume:
-            log.info(f"initial weights from {init_weights(agent, str(init_from))}")
+            made = [p for p in run_dir.parents if not p.exists()]  # what a refused build removes again
+            run_dir = claim_run_dir(run_dir)
+            lock = RunLock(run_dir).acquire(run_dir_key(cfg))
+        try:
+            agent = build_agent(cfg, checked=checked)
+            if preset_line:
+                log.info(preset_line)
+            if init_from and not resume:
+                log.info(f"initial weights from {init_weights(agent, str(init_from))}")
+        except BaseException:
+            if not resume:  # a value the build refuses leaves no run dir behind
+                lock.release()
+                lock = None
+                unclaim_run_dir(run_dir, made)
+            raise
         warn_if_no_update(agent, cfg)
         startup_done()
         if resume:
             from rlexp.runs.files import remove_leftovers
 
             remove_leftovers(run_dir, run_dir / "checkpoints", run_dir / "tb")  # half-written files of the killed run
-        else:
-            run_dir = claim_run_dir(run_dir)
-            lock = RunLock(run_dir).acquire(run_dir_key(cfg))
         handler = None
         try:
             handler = attach_run_log(run_dir, *([preset_line] if preset_line else []))

@@ -251,6 +251,19 @@ def claim_run_dir(run_dir: Path) -> Path:
             candidate, n = run_dir.with_name(f"{run_dir.name}_{n}"), n + 1
 
 
+def unclaim_run_dir(run_dir: Path, made: list[Path]) -> None:
+    """Undo `claim_run_dir` for a run refused before it wrote anything: the dir goes if it holds nothing but its
+    (released) lock, and so do the empty folders of `made`, which the claim created, deepest first."""
+    from rlexp.runs.lock import LOCK_NAME
+
+    if run_dir.is_dir() and {p.name for p in run_dir.iterdir()} <= {LOCK_NAME}:
+        (run_dir / LOCK_NAME).unlink(missing_ok=True)
+        run_dir.rmdir()
+    for folder in sorted(made, key=lambda p: len(p.parts), reverse=True):
+        if folder.is_dir() and not any(folder.iterdir()):
+            folder.rmdir()
+
+
 def write_run_config(run_dir: Path, cfg: DictConfig) -> None:
     """The composed config and this command's overrides in <run dir>/.hydra/ (Hydra's layout)."""
     from rlexp.runs.files import write_atomic
