@@ -111,7 +111,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
         if getattr(self, "_xla_decided", None) is not None:
             return self._xla_decided
         wanted = self.jit_setting is True or (self.jit_setting == "auto" and self.max_steps >= self.XLA_MIN_STEPS)
-        return (wanted and self.jit_update and not self.recurrent and not self.sde and self.precision == "float32"
+        return (wanted and self.jit_update and not self.recurrent and self.precision == "float32"
                 and super().steps_in_graph)
 
     def decide_xla(self) -> bool:
