@@ -96,13 +96,13 @@ PARITY = {  # name: (CLI args, threshold)
 PRECISIONS = {"fp32": "false", "bf16": "bfloat16"}
 CASES |= {f"{name}-{short}": ([*args, f"run.mixed_precision={value}"], threshold)
           for name, (args, threshold) in PARITY.items() for short, value in PRECISIONS.items()}
-# gSDE (RL Zoo's Pendulum rows) in the plain graph loop against the XLA-compiled one (agent.jit_compile), same seeds
+# gSDE (RL Zoo's Pendulum rows) in the plain graph loop (agent.jit_compile=auto's choice for gSDE) against the
+# XLA-compiled one (agent.jit_compile=true), same seeds
 LOOP_PARITY = {
     "ppo-pendulum": (["agent=ppo", "env=pendulum", "run.max_steps=1e5", "run.target_reward=null"], -250),
     "trpo-pendulum": (["agent=trpo", "env=pendulum", "run.max_steps=1e5", "run.target_reward=null"], -250),
-    "a2c-pendulum": (["agent=a2c", "env=pendulum", "run.max_steps=1e6", "run.target_reward=null"], -300),
 }
-LOOPS = {"graph": "false", "xla": "auto"}  # auto: the XLA loop from 100k steps, as users get it
+LOOPS = {"graph": "false", "xla": "true"}
 CASES |= {f"{name}-{short}": ([*args, f"agent.jit_compile={value}"], threshold)
           for name, (args, threshold) in LOOP_PARITY.items() for short, value in LOOPS.items()}
 # no tuned preset: the fallback presets (conf/fallbacks/) through env=generic, on the envs they were chosen on

@@ -105,12 +105,13 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
     @property
     def xla_loop(self) -> bool:
         """Whether the fused loop (rollouts stepping a graph env, and the updates) is compiled with XLA as one
-        program: with `agent.jit_compile=true`, or `auto` for a fit of `XLA_MIN_STEPS` env steps or more (the
-        compilation costs ~1.5 s more than the plain graph's first call; PPO CartPole's steady state then runs
-        ~1.9x faster: docs/performance.md). Decided once, when the agent's first graph is built."""
+        program: with `agent.jit_compile=true`, or `auto` for a fit of `XLA_MIN_STEPS` env steps or more without
+        gSDE (the compilation costs ~1.5 s more than the plain graph's first call; PPO CartPole's steady state then
+        runs ~1.9x faster: docs/performance.md). Decided once, when the agent's first graph is built."""
         if getattr(self, "_xla_decided", None) is not None:
             return self._xla_decided
-        wanted = self.jit_setting is True or (self.jit_setting == "auto" and self.max_steps >= self.XLA_MIN_STEPS)
+        wanted = self.jit_setting is True or (self.jit_setting == "auto" and self.max_steps >= self.XLA_MIN_STEPS
+                                              and not self.sde)  # gSDE: XLA only when asked (docs/performance.md)
         return (wanted and self.jit_update and not self.recurrent and self.precision == "float32"
                 and super().steps_in_graph)
 
