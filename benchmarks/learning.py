@@ -96,6 +96,15 @@ PARITY = {  # name: (CLI args, threshold)
 PRECISIONS = {"fp32": "false", "bf16": "bfloat16"}
 CASES |= {f"{name}-{short}": ([*args, f"run.mixed_precision={value}"], threshold)
           for name, (args, threshold) in PARITY.items() for short, value in PRECISIONS.items()}
+# gSDE (RL Zoo's Pendulum rows) in the plain graph loop (agent.jit_compile=auto's choice for gSDE) against the
+# XLA-compiled one (agent.jit_compile=true), same seeds
+LOOP_PARITY = {
+    "ppo-pendulum": (["agent=ppo", "env=pendulum", "run.max_steps=1e5", "run.target_reward=null"], -250),
+    "trpo-pendulum": (["agent=trpo", "env=pendulum", "run.max_steps=1e5", "run.target_reward=null"], -250),
+}
+LOOPS = {"graph": "false", "xla": "true"}
+CASES |= {f"{name}-{short}": ([*args, f"agent.jit_compile={value}"], threshold)
+          for name, (args, threshold) in LOOP_PARITY.items() for short, value in LOOPS.items()}
 # no tuned preset: the fallback presets (conf/fallbacks/) through env=generic, on the envs they were chosen on
 # (Acrobot, InvertedPendulum) and held out (CartPole, Pendulum, LunarLander; each has a tuned preset env=generic
 # bypasses; MountainCar, MountainCarContinuous, LunarLanderContinuous, Swimmer, HalfCheetah, Walker2d, Hopper).
@@ -252,6 +261,7 @@ def record(rows: list[dict]) -> None:
             summary.append(f"- {case}: {sum(r['passed'] for r in scored)} of {len(scored)} seeds at or above "
                            f"{scored[0]['threshold']}")
     parity = parity_lines(merged)
+    loops = parity_lines(merged, LOOP_PARITY, tuple(LOOPS), ("plain graph", "XLA loop"))
     zoo = zoo_lines(merged)
     body = ("Each row: `python -m rlexp <case's args> seed=<s> run.progress=none` (args in benchmarks/learning.py; "
             "the pair's tuned preset is picked up), scored by 20 evaluation episodes of the final weights: "
@@ -261,6 +271,8 @@ def record(rows: list[dict]) -> None:
             "depend on what else ran at the time: for speed see speed.md.\n\n" + "\n".join(summary) + "\n\n"
             + (("\n\n## RL Zoo's rows on pairs without an rlexp preset\n\n" + "\n".join(zoo) + "\n") if zoo else "")
             + (("\n\n## bfloat16 against float32, same seeds\n\n" + "\n".join(parity) + "\n\n") if parity else "\n\n")
+            + (("## gSDE in the plain graph loop against the XLA loop (agent.jit_compile), same seeds\n\n"
+                + "\n".join(loops) + "\n\n") if loops else "")
             + table(merged, provenance=True))
     write_table("learning", "Learning results", body)
 
@@ -281,23 +293,25 @@ def zoo_lines(rows: list[dict]) -> list[str]:
     return lines if len(lines) > 2 else []
 
 
-def parity_lines(rows: list[dict]) -> list[str]:
-    """For each PARITY pair with rows: with 3 or more seeds a side, the float32 seeds' range and whether the bfloat16
-    mean lies inside it; with fewer, each side's values."""
+def parity_lines(rows: list[dict], pairs: dict = PARITY, variants: tuple[str, str] = tuple(PRECISIONS),
+                 labels: tuple[str, str] = ("float32", "bfloat16")) -> list[str]:
+    """For each pair with rows: with 3 or more seeds a side, the first variant's seeds' range (float32's) and whether
+    the second's mean (bfloat16's) lies inside it; with fewer, each side's values."""
     lines = []
-    for name in PARITY:
-        fp32, bf16 = ([r for r in rows if r["case"] == f"{name}-{p}" and "eval_mean" in r] for p in PRECISIONS)
+    first, second = labels
+    for name in pairs:
+        fp32, bf16 = ([r for r in rows if r["case"] == f"{name}-{p}" and "eval_mean" in r] for p in variants)
         if len(fp32) >= 3 and len(bf16) >= 3:
             low, high = min(r["eval_mean"] for r in fp32), max(r["eval_mean"] for r in fp32)
             mean32, mean16 = (sum(r["eval_mean"] for r in x) / len(x) for x in (fp32, bf16))
             inside = "inside" if low <= mean16 <= high else "OUTSIDE"
-            lines.append(f"- {name}: float32 seeds {low:.1f} to {high:.1f} (mean {mean32:.1f}, {len(fp32)} seeds); "
-                         f"bfloat16 mean {mean16:.1f} ({len(bf16)} seeds): {inside} the float32 spread")
+            lines.append(f"- {name}: {first} seeds {low:.1f} to {high:.1f} (mean {mean32:.1f}, {len(fp32)} seeds); "
+                         f"{second} mean {mean16:.1f} ({len(bf16)} seeds): {inside} the {first} spread")
         elif fp32 or bf16:
             sides = [f"{label} " + (" / ".join(f"{r['eval_mean']:.1f}" for r in side) +
                                     f" (seed{'s' if len(side) > 1 else ''} {', '.join(str(r['seed']) for r in side)})"
                                     if side else "no rows")
-                     for label, side in (("float32", fp32), ("bfloat16", bf16))]
+                     for label, side in ((first, fp32), (second, bf16))]
             lines.append(f"- {name}: {'; '.join(sides)}; fewer than 3 seeds a side: no verdict yet")
     return lines
 

@@ -47,6 +47,11 @@ def test_auto_compiles_the_on_policy_loop_of_a_long_fit_where_a_graph_env_steps_
     assert not long_fit(ppo(normalize_obs=True)).xla_loop  # the normaliser steps in Python
     assert not long_fit(ppo(n_envs=2)).xla_loop  # CartPole below 4 envs: gymnasium's env copies
     assert not long_fit(ppo(model="lstm", mini_batches=1)).xla_loop
+    sde = long_fit(ppo("Pendulum-v1", use_sde=True, sde_sample_freq=4))  # gSDE: the plain graph unless asked
+    assert not sde.xla_loop and not sde.steps_in_graph
+    assert long_fit(ppo("Pendulum-v1", use_sde=True, sde_sample_freq=4, jit_compile=True)).xla_loop
+    trpo = TRPO(make_envs("Pendulum-v1", n_envs=4, seed=0), seed=0, n_steps=16, use_sde=True, model=TINY)
+    assert long_fit(trpo).xla_loop  # TRPO's gSDE: the XLA loop learned as the plain graph did (learning.md)
     td3 = TD3(make_envs("Pendulum-v1", n_envs=1, seed=0), seed=0)
     assert td3.jit_compile is False  # auto leaves off-policy updates as plain graphs (faster on a CPU)
     with pytest.raises(UserError, match=r"agent.jit_compile='yes' must be auto, true or false"):

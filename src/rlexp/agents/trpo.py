@@ -65,6 +65,7 @@ class TRPO(OnPolicyAgent):
     """
 
     action_spaces = ("discrete", "continuous")
+    xla_auto_with_sde = True  # RL Zoo's gSDE Pendulum row, 10 seeds: XLA loop -160.0, plain graph -157.8 (learning.md)
 
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 512, lam: float = 1.0, max_kl: float = 1e-3,
                  cg_iterations: int = 10, cg_damping: float = 1e-3, cg_residual_tolerance: float = 1e-10,

@@ -49,6 +49,9 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
     XLA_STEPS_PER_CALL = 8192  # an XLA-compiled loop's call (~0.1 s for PPO CartPole): 8% faster than 2,048
     XLA_MIN_STEPS = 100_000  # agent.jit_compile=auto compiles the loops of fits this long (see `xla_loop`)
     jit_update = True  # `update` is pure TensorFlow (XLA can compile it)
+    # whether jit_compile=auto compiles a gSDE policy's loop too: per algorithm, where learning.md's gSDE section
+    # measured the XLA loop against the plain graph on the same seeds (PPO Pendulum: worse on 4 of 20 seeds)
+    xla_auto_with_sde = False
     numpy_acting = True  # act with NumPy mirrors of MLP models during rollouts (see `_numpy_rollout`)
     # With a GraphVectorEnv, roll out entirely in the graph (TensorFlow acting, the env stepped with TF ops)
     # instead of acting in NumPy: it pays where rollouts are most of the work (A2C CartPole 4.7 vs 5.4 s per
@@ -105,13 +108,15 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
     @property
     def xla_loop(self) -> bool:
         """Whether the fused loop (rollouts stepping a graph env, and the updates) is compiled with XLA as one
-        program: with `agent.jit_compile=true`, or `auto` for a fit of `XLA_MIN_STEPS` env steps or more (the
-        compilation costs ~1.5 s more than the plain graph's first call; PPO CartPole's steady state then runs
-        ~1.9x faster: docs/performance.md). Decided once, when the agent's first graph is built."""
+        program: with `agent.jit_compile=true`, or `auto` for a fit of `XLA_MIN_STEPS` env steps or more (with
+        gSDE only where `xla_auto_with_sde`). The compilation costs ~1.5 s more than the plain graph's first
+        call; PPO CartPole's steady state then runs ~1.9x faster (docs/performance.md). Decided once, when the
+        agent's first graph is built."""
         if getattr(self, "_xla_decided", None) is not None:
             return self._xla_decided
-        wanted = self.jit_setting is True or (self.jit_setting == "auto" and self.max_steps >= self.XLA_MIN_STEPS)
-        return (wanted and self.jit_update and not self.recurrent and not self.sde and self.precision == "float32"
+        wanted = self.jit_setting is True or (self.jit_setting == "auto" and self.max_steps >= self.XLA_MIN_STEPS
+                                              and (self.xla_auto_with_sde or not self.sde))
+        return (wanted and self.jit_update and not self.recurrent and self.precision == "float32"
                 and super().steps_in_graph)
 
     def decide_xla(self) -> bool:
