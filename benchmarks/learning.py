@@ -261,7 +261,7 @@ def record(rows: list[dict]) -> None:
             summary.append(f"- {case}: {sum(r['passed'] for r in scored)} of {len(scored)} seeds at or above "
                            f"{scored[0]['threshold']}")
     parity = parity_lines(merged)
-    loops = parity_lines(merged, LOOP_PARITY, tuple(LOOPS), ("plain graph", "XLA loop"))
+    loops = parity_lines(merged, LOOP_PARITY, tuple(LOOPS), ("plain graph", "XLA loop"), paired=True)
     zoo = zoo_lines(merged)
     body = ("Each row: `python -m rlexp <case's args> seed=<s> run.progress=none` (args in benchmarks/learning.py; "
             "the pair's tuned preset is picked up), scored by 20 evaluation episodes of the final weights: "
@@ -294,9 +294,10 @@ def zoo_lines(rows: list[dict]) -> list[str]:
 
 
 def parity_lines(rows: list[dict], pairs: dict = PARITY, variants: tuple[str, str] = tuple(PRECISIONS),
-                 labels: tuple[str, str] = ("float32", "bfloat16")) -> list[str]:
+                 labels: tuple[str, str] = ("float32", "bfloat16"), paired: bool = False) -> list[str]:
     """For each pair with rows: with 3 or more seeds a side, the first variant's seeds' range (float32's) and whether
-    the second's mean (bfloat16's) lies inside it; with fewer, each side's values."""
+    the second's mean (bfloat16's) lies inside it (`paired`: and the second minus the first, seed by seed); with
+    fewer, each side's values."""
     lines = []
     first, second = labels
     for name in pairs:
@@ -307,6 +308,11 @@ def parity_lines(rows: list[dict], pairs: dict = PARITY, variants: tuple[str, st
             inside = "inside" if low <= mean16 <= high else "OUTSIDE"
             lines.append(f"- {name}: {first} seeds {low:.1f} to {high:.1f} (mean {mean32:.1f}, {len(fp32)} seeds); "
                          f"{second} mean {mean16:.1f} ({len(bf16)} seeds): {inside} the {first} spread")
+            by_seed = {r["seed"]: r["eval_mean"] for r in fp32}
+            if paired:
+                lines[-1] += (f"; {second} minus {first}, seed by seed: "
+                              + " / ".join(f"{r['eval_mean'] - by_seed[r['seed']]:+.1f}"
+                                           for r in sorted(bf16, key=lambda r: r["seed"]) if r["seed"] in by_seed))
         elif fp32 or bf16:
             sides = [f"{label} " + (" / ".join(f"{r['eval_mean']:.1f}" for r in side) +
                                     f" (seed{'s' if len(side) > 1 else ''} {', '.join(str(r['seed']) for r in side)})"
