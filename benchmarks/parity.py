@@ -79,6 +79,10 @@ CASES = {
     "ppo-hopper-zoo": Case(["agent=ppo", "env=hopper"], "ppo-hopper-zoo", 1_000_448,
                            "RL Zoo's ppo.yml Hopper-v4 row on gymnasium's Hopper-v5, as dqn-mountaincar-zoo (1,000,448 "
                            "env steps: the whole rollouts of 512 that pass its 1,000,000)"),
+    "ppo-halfcheetah-zoo": Case(["agent=ppo", "env=halfcheetah"], "ppo-halfcheetah-zoo", 1_000_448,
+                                "RL Zoo's ppo.yml HalfCheetah-v4 row on gymnasium's HalfCheetah-v5, as "
+                                "dqn-mountaincar-zoo (1,000,448 env steps: the whole rollouts of 512 that pass its "
+                                "1,000,000)"),
     "trpo-mountaincar-zoo": Case(["agent=trpo", "env=generic", "env.id=MountainCar-v0"], "trpo-mountaincar-zoo",
                                  100_352, "RL Zoo's trpo.yml MountainCar-v0 row, as dqn-mountaincar-zoo (100,352 env "
                                  "steps: the whole rollouts that pass its 100,000)"),

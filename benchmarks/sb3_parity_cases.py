@@ -49,6 +49,7 @@ RECURRENT_CASES = ("ppo-lstm-cartpole-novel", "ppo-lstm-pendulum-novel")
 ZOO_CASES = {"dqn-mountaincar-zoo": ("dqn", "MountainCar-v0", "MountainCar-v0"),
              "dqn-cartpole-zoo": ("dqn", "CartPole-v1", "CartPole-v1"),
              "ppo-hopper-zoo": ("ppo", "Hopper-v4", "Hopper-v5"),
+             "ppo-halfcheetah-zoo": ("ppo", "HalfCheetah-v4", "HalfCheetah-v5"),
              "trpo-mountaincar-zoo": ("trpo", "MountainCar-v0", "MountainCar-v0"),
              "trpo-swimmer-zoo": ("trpo", "Swimmer-v4", "Swimmer-v5")}
 
