@@ -360,6 +360,11 @@ def test_two_workers_on_one_storage_fill_the_study_to_exactly_n_trials(tmp_path,
     assert len({t.params["agent.lr"] for t in done}) == 5
     ran = [sum(line.startswith("trial ") for line in o.splitlines()) for o in outputs]
     assert sum(ran) == 5 and min(ran) >= 1, ran  # both workers took trials
+    # each worker's final report: the study's best, or (finished first) the trials the other is still training
+    best = f"{max(t.value for t in done):.4g}"
+    reports = [line for o in outputs for line in o.splitlines() if line.startswith("best: trial ")]
+    assert len(reports) == 2 and any(f", objective {best} (" in r for r in reports), (best, reports)
+    assert all(f", objective {best} (" in r or "still running on another worker" in r for r in reports), reports
     assert all("FAIL" not in o and "rror" not in o for o in outputs)
 
 
