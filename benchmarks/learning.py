@@ -308,8 +308,8 @@ def parity_lines(rows: list[dict], pairs: dict = PARITY, variants: tuple[str, st
             inside = "inside" if low <= mean16 <= high else "OUTSIDE"
             lines.append(f"- {name}: {first} seeds {low:.1f} to {high:.1f} (mean {mean32:.1f}, {len(fp32)} seeds); "
                          f"{second} mean {mean16:.1f} ({len(bf16)} seeds): {inside} the {first} spread")
-            by_seed = {r["seed"]: r["eval_mean"] for r in fp32}
             if paired:
+                by_seed = {r["seed"]: r["eval_mean"] for r in fp32}
                 lines[-1] += (f"; {second} minus {first}, seed by seed: "
                               + " / ".join(f"{r['eval_mean'] - by_seed[r['seed']]:+.1f}"
                                            for r in sorted(bf16, key=lambda r: r["seed"]) if r["seed"] in by_seed))
