@@ -344,3 +344,37 @@ def test_wrapper_targets_from_before_the_envs_package_still_build():
                                                                            "min_reward": -1}]}})
     assert [w._target_ for w in with_legacy_defaults(stored).env.wrappers] == [
         "rlexp.envs.wrappers.MaskVelocity", "gymnasium.wrappers.ClipReward"]
+
+
+def test_the_probes_env_copy_is_the_first_training_copy_and_steps_as_a_new_one(monkeypatch):
+    """The checks' probe copy (`probe_spaces`) becomes the first of the run's sync copies, once: the run's
+    envs then step exactly as copies made new (gymnasium's own `make_vec`), restarts included; envs that
+    are not sync copies close it."""
+    from omegaconf import OmegaConf
+
+    from rlexp.envs import make
+
+    monkeypatch.setattr(make, "_PROBED", {})
+    monkeypatch.setattr(make, "_SPARE", {})
+    env = OmegaConf.create({"id": "Acrobot-v1", "n_envs": 3, "vectorization": "sync", "max_episode_steps": 40})
+    make.probe_spaces(env, 7)
+    (probe_copy,) = make._SPARE.values()
+    reused = make.env_from_config(env, 7)
+    assert reused.envs[0] is probe_copy and not make._SPARE
+    assert make.env_from_config(env, 7).envs[0] is not probe_copy  # a second request makes its own
+    fresh = gym.make_vec("Acrobot-v1", num_envs=3, vectorization_mode="sync", max_episode_steps=40,
+                         vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP})
+    np.testing.assert_array_equal(reused.reset(seed=7)[0], fresh.reset(seed=7)[0])
+    rng = np.random.default_rng(0)
+    for _ in range(100):  # 40-step episodes: two restarts
+        actions = rng.integers(0, 3, 3)
+        for a, b in zip(reused.step(actions)[:4], fresh.step(actions)[:4]):
+            np.testing.assert_array_equal(a, b)
+    assert reused.spec.id == "Acrobot-v1" and reused.spec.max_episode_steps == fresh.spec.max_episode_steps
+    cartpole = OmegaConf.create({"id": "CartPole-v1", "n_envs": 16, "vectorization": "auto"})
+    make.probe_spaces(cartpole, 0)
+    (probe_copy,) = make._SPARE.values()
+    closed = []
+    monkeypatch.setattr(probe_copy, "close", lambda: closed.append(True))
+    batched = make.env_from_config(cartpole, 0)
+    assert type(batched).__name__ == "GraphCartPole" and closed == [True] and not make._SPARE

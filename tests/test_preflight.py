@@ -287,6 +287,7 @@ def test_the_checks_before_a_run_share_one_probe_env(monkeypatch):
     made = []
     real = make.env_from_config
     monkeypatch.setattr(make, "_PROBED", {})
+    monkeypatch.setattr(make, "_SPARE", {})
     monkeypatch.setattr(make, "env_from_config", lambda cfg, seed, **kw: made.append(kw) or real(cfg, seed, **kw))
     env = OmegaConf.create({"id": "Acrobot-v1", "n_envs": 65})
     assert env_kind(env, 0) == "discrete_vector"

@@ -217,6 +217,19 @@ def test_train_claims_its_run_dir_before_it_builds_and_a_refused_build_leaves_no
     assert marker.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["env_made", "full"]
 
 
+def test_an_env_without_a_preset_is_made_once_for_the_fallbacks_kind_and_training(tmp_path):
+    """env=generic with an id no preset tunes: the fallback needs the env's kind, learned from one copy, and that
+    copy is the first of the training envs. 3 training copies and 2 evaluation copies: 5 made, not 6."""
+    marker = tmp_path / "made"
+    run = rlexp(tmp_path, "agent=dqn", "env=generic", "env.id=MyEnvs/Corridor-v0", "env.imports=[my_envs]",
+                f"+env.kwargs={{marker:'{marker}'}}", "env.n_envs=3", "env.vectorization=sync", "run.max_steps=64",
+                "run.eval_episodes=2")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "fallbacks/dqn_discrete_vector.yaml" in run.stdout + run.stderr
+    assert "3 envs in-process" in run.stdout and "eval 5.00 ± 0.00 over 2 episodes" in run.stdout, run.stdout
+    assert marker.read_text() == "made\n" * 5
+
+
 def test_a_resumed_runs_first_progress_line_counts_its_own_steps_after_new_episodes(monkeypatch, caplog):
     """Resumed at step 10,000 after 50 episodes: no line at 5 new episodes (log_frequency 10), then at 60 episodes
     and step 10,600 after 2 s, 600 steps / 2 s = 300 steps/s (not 10,600 / 2 s, nor one iteration's rate)."""

@@ -12,8 +12,9 @@ class Corridor(gym.Env):
 
     def __init__(self, length: int = 5, marker: str = "") -> None:
         self.length = int(length)
-        if marker:  # tests see when the env was made: this file then exists
-            open(marker, "a").close()
+        if marker:  # tests see when and how often the env was made: one line per copy
+            with open(marker, "a") as f:
+                f.write("made\n")
         self.observation_space = gym.spaces.Box(0.0, 1.0, (2,), np.float32)
         self.action_space = gym.spaces.Discrete(2)
         self.position = 0

@@ -100,7 +100,8 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
               noop_max: int = 30, life_loss_terminal: bool = False, max_episode_steps: int | None = None,
               render_mode: str | None = None,
               kwargs: dict[str, Any] | None = None, imports: Sequence[str] = (),
-              wrappers: Sequence[Mapping[str, Any]] = (), **_: Any) -> gym.vector.VectorEnv:
+              wrappers: Sequence[Mapping[str, Any]] = (), first_copy: gym.Env | None = None,
+              **_: Any) -> gym.vector.VectorEnv:
     """Build `n_envs` copies of `env_id`, stepped together, reset with `seed`.
 
     Episodes restart automatically in the same step (`info["final_obs"]` holds the last observation).
@@ -116,7 +117,20 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
     `imports`: modules to import first (their gymnasium registrations run); `env_id` may also be
     "module:EnvId-v0". `wrappers`: [{_target_: wrapper class, **kwargs}] applied to each env copy (see
     `env_wrappers`); envs with wrappers are built as sync or async env copies.
+    `first_copy`: an env copy already made with these same values (the probe's, `probe_spaces`), taken as the first
+    of sync copies instead of making one more; closed if the copies are not sync.
     """
+    try:
+        return _make_envs(env_id, n_envs, seed, vectorization, preprocess, max_frame, frame_stack, screen_size,
+                          noop_max, life_loss_terminal, max_episode_steps, render_mode, kwargs, imports, wrappers,
+                          first_copy)
+    finally:
+        if first_copy is not None and not getattr(first_copy, "_taken", False):
+            first_copy.close()
+
+
+def _make_envs(env_id, n_envs, seed, vectorization, preprocess, max_frame, frame_stack, screen_size, noop_max,
+               life_loss_terminal, max_episode_steps, render_mode, kwargs, imports, wrappers, first_copy):
     from rlexp.checks.values import check_env_values, check_seed
 
     seed = check_seed(seed, "seed")
@@ -193,11 +207,14 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
                         "pick a preset (env=cartpole, env=pong, ...) or a registered id") from None
     except ModuleNotFoundError as e:
         raise UserError(f"env.id={env_id!r} needs a package that is not installed ({e.name})") from None
+    copy_wrappers = [*atari, *extra_wrappers,
+                     FlattenStructured.wrap if vectorization == "sync" else FlattenStructured.wrap_marked]
     try:
-        envs = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode=vectorization,
-                            wrappers=[*atari, *extra_wrappers, FlattenStructured.wrap if vectorization == "sync"
-                                      else FlattenStructured.wrap_marked],
-                            vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **make_kwargs)
+        if first_copy is not None and vectorization == "sync":
+            envs = sync_copies(first_copy, env_id, n_envs, copy_wrappers, make_kwargs)
+        else:
+            envs = gym.make_vec(env_id, num_envs=n_envs, vectorization_mode=vectorization, wrappers=copy_wrappers,
+                                vector_kwargs={"autoreset_mode": gym.vector.AutoresetMode.SAME_STEP}, **make_kwargs)
     except (gym.error.DependencyNotInstalled, ModuleNotFoundError, ImportError) as e:
         raise UserError(f"env.id={env_id!r} can't be built: {e}") from None
     except (TypeError, ValueError, gym.error.Error) as e:
@@ -209,6 +226,26 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
         envs.structured_observation_space = getattr(envs.envs[0], "structured_space", None)
     else:  # worker processes: every copy has the attribute (`wrap_marked`)
         envs.structured_observation_space = envs.get_attr("structured_space")[0]
+    return envs
+
+
+def sync_copies(first_copy: gym.Env, env_id: str, n_envs: int, copy_wrappers: Sequence[Callable],
+                make_kwargs: dict[str, Any]) -> gym.vector.SyncVectorEnv:
+    """What `gym.make_vec(..., vectorization_mode="sync")` builds, with `first_copy` as its first copy."""
+    import dataclasses
+
+    def new_copy() -> gym.Env:
+        env = gym.make(env_id, **make_kwargs)
+        for wrap in copy_wrappers:
+            env = wrap(env)
+        return env
+
+    first_copy._taken = True  # type: ignore[attr-defined]
+    envs = gym.vector.SyncVectorEnv([lambda: first_copy, *[new_copy] * (n_envs - 1)],
+                                    autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    spec = gym.spec(env_id)
+    envs.spec = dataclasses.replace(spec, kwargs={**spec.kwargs, **make_kwargs, "vectorization_mode": "sync",
+                                                  **({"num_envs": n_envs} if n_envs != 1 else {})})
     return envs
 
 
@@ -273,30 +310,41 @@ def stepping(envs: gym.vector.VectorEnv) -> str:
 
 
 def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vector.VectorEnv:
-    """`make_envs` from an `env` config group (a mapping with id, n_envs, preprocess, ...)."""
+    """`make_envs` from an `env` config group (a mapping with id, n_envs, preprocess, ...). The first request
+    with the values of a probe (`probe_spaces`) takes the probe's env copy as its first copy."""
     params = dict(env_cfg)
     params.update(overrides)
-    return make_envs(params.pop("id"), seed=seed, **params)
+    first_copy = _SPARE.pop(probe_key(env_cfg, seed, overrides), None)
+    return make_envs(params.pop("id"), seed=seed, first_copy=first_copy, **params)
 
 
 _PROBED: dict[str, tuple[gym.Space, gym.Space]] = {}
+_SPARE: dict[str, gym.Env] = {}  # the last probe's env copy, until envs with its values are made
 
 
-def probe_spaces(env_cfg: Any, seed: int | None) -> tuple[gym.Space, gym.Space]:
-    """(observation space, action space) of one env of `env_cfg`, made and closed once per process and config:
-    the checks before a run (the env's kind for the fallback, the memory a large run takes) share that one copy.
-    The number of copies and their vectorisation do not change the spaces, so they are not part of the key."""
+def probe_key(env_cfg: Any, seed: int | None, overrides: Mapping[str, Any] | None = None) -> str:
+    """The values that make one env copy what it is: all but the number of copies and their vectorisation."""
     import json
 
     from omegaconf import DictConfig, OmegaConf
 
     params = OmegaConf.to_container(env_cfg, resolve=True) if isinstance(env_cfg, DictConfig) else dict(env_cfg)
-    key = json.dumps({k: v for k, v in params.items() if k not in ("n_envs", "vectorization")} | {"seed": seed},
-                     sort_keys=True, default=str)
+    params = {**params, **(overrides or {})}
+    return json.dumps({k: v for k, v in params.items() if k not in ("n_envs", "vectorization")} | {"seed": seed},
+                      sort_keys=True, default=str)
+
+
+def probe_spaces(env_cfg: Any, seed: int | None) -> tuple[gym.Space, gym.Space]:
+    """(observation space, action space) of one env of `env_cfg`, made once per process and config: the checks
+    before a run (the env's kind for the fallback, the memory a large run takes) share that one copy, and the
+    run's envs take it as their first copy (`env_from_config`). The number of copies and their vectorisation do
+    not change the spaces, so they are not part of the key."""
+    key = probe_key(env_cfg, seed)
     if key not in _PROBED:
         envs = env_from_config(env_cfg, seed, n_envs=1, vectorization="sync")
-        try:
-            _PROBED[key] = envs.single_observation_space, envs.single_action_space
-        finally:
-            envs.close()
+        _PROBED[key] = envs.single_observation_space, envs.single_action_space
+        for spare in _SPARE.values():  # one spare at most
+            spare.close()
+        _SPARE.clear()
+        _SPARE[key] = envs.envs[0]
     return _PROBED[key]

@@ -41,7 +41,7 @@ def check_presets(cfg: DictConfig, choices: dict[str, str]) -> None:
     from rlexp.envs.make import make_envs
 
     env_keys = {"id", "clip_rewards", *(p for p in inspect.signature(make_envs).parameters
-                                        if p not in ("env_id", "seed", "render_mode", "_"))}
+                                        if p not in ("env_id", "seed", "render_mode", "first_copy", "_"))}
     given = set(cfg.env.keys())
     missing, unknown = sorted(env_keys - given), sorted(given - env_keys)
     where = preset_file("env", choices.get("env", "?"))
