@@ -2,6 +2,7 @@
 lightning-hydra-template `hparams_search/` pattern, multi-objective `direction` lists, the grid sampler,
 `custom_search_space`, every sampler preset with its Optuna arguments; and the commands a sweep prints train once."""
 import os
+import re
 import shlex
 import subprocess
 import sys
@@ -276,18 +277,38 @@ def test_another_hydra_app_keeps_its_own_optuna_sweeper(tmp_path):
     assert plain.returncode == 0 and "x = 1" in plain.stdout and "x = 2" in plain.stdout, plain.stderr
 
 
+class AnyDone(str):
+    """Equal to any run's last line ("done (max_steps): ...")."""
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, str) and other.startswith("done (max_steps): ")
+
+    __hash__ = str.__hash__
+
+
 def test_hydras_basic_sweeper_and_launcher_run_rlexps_trials(tmp_path):
     """hydra/sweeper=basic: Hydra's plain grid, each point a run in its own folder; hydra/launcher=basic under
     rlexp's sweeper: trials one at a time inside the sweep's process, each recorded in the study."""
     tiny = ["run.max_steps=64", "run.eval_episodes=1", "agent.n_steps=16", "env.n_envs=2", "agent.ppo_epochs=1"]
     (tmp_path / "grid").mkdir()
-    grid = rlexp(tmp_path / "grid", "-m", "hydra/sweeper=basic", "seed=0,1", *tiny)
-    assert grid.returncode == 0, grid.stdout[-3000:] + grid.stderr[-3000:]
+    grid = rlexp(tmp_path / "grid", "-m", "hydra/sweeper=basic", "seed=0,1", "agent.lr=0.0003,-1", *tiny)
+    # Hydra's basic launcher's lines, each job's output as it ends, one at a time; a failed job fails the sweep
+    # (exit 1: jobs ran) in one last line, after the others ran
+    assert grid.returncode == 1, grid.stdout[-3000:] + grid.stderr[-3000:]
+    points = [f"seed={seed} agent.lr={lr} {' '.join(tiny)}" for seed in (0, 1) for lr in ("0.0003", "-1")]
+    assert re.findall(r"^Launching.*|^\t#.*|^done \(.*", grid.stdout, re.M) == [
+        "Launching 4 jobs locally, one at a time, each in its own process",
+        f"\t#0 : {points[0]}", AnyDone(), f"\t#1 : {points[1]}", f"\t#2 : {points[2]}", AnyDone(),
+        f"\t#3 : {points[3]}"]
+    assert grid.stderr.splitlines()[-1] == "error: a job of the sweep failed: agent.lr=-1 must be in (0, 1]"
     (day,) = (tmp_path / "grid/multirun").iterdir()  # Hydra's own multirun/<date>/<time>/ without a study name
     (folder,) = day.iterdir()
     summaries = sorted(folder.glob("trial_*/summary.json"))
-    assert [p.parent.name for p in summaries] == ["trial_0", "trial_1"]
+    assert [p.parent.name for p in summaries] == ["trial_0", "trial_2"]
+    assert sorted(p.name for p in folder.glob("trial_*")) == ["trial_0", "trial_2"]
     assert sorted(yaml.safe_load((p.parent / ".hydra/config.yaml").read_text())["seed"] for p in summaries) == [0, 1]
+    first, second = ((folder / t / "main.log").read_text().splitlines() for t in ("trial_0", "trial_2"))
+    assert first[-1][:24] <= second[0][:24]  # one at a time: the second started after the first ended
     (tmp_path / "launcher").mkdir()
     inline = rlexp(tmp_path / "launcher", "-m", "hydra/launcher=basic", "agent.lr=choice(1e-3,3e-4)",
                    "hydra.sweeper.n_trials=2", "hydra.sweeper.n_jobs=2", *tiny)

@@ -156,6 +156,10 @@ def report_input_errors(report: Callable[[Callable[[], Any]], Any], func: Callab
                 raise
             print(f"error: {line}", file=sys.stderr)
             sys.exit(2)
+        except TrialFailed as e:  # a job of Hydra's basic sweeper (its output was printed as it ended)
+            print(f"error: a job of the sweep failed: {e}", file=sys.stderr)
+            Started.value = True  # jobs ran: exit 1, not the 2 of a mistake in the command
+            sys.exit(1)
         except OSError as e:  # Hydra could not make its output dir (hydra.run.dir) before the task started
             if Started.value or os.environ.get("HYDRA_FULL_ERROR") == "1":
                 raise

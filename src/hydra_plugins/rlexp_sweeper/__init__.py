@@ -253,6 +253,7 @@ class RlexpOptunaSweeper(Sweeper):
             launcher = self.launcher
             if isinstance(launcher, (RlexpLocalLauncher, RlexpSlurmLauncher)):
                 launcher.check()
+                launcher.for_rlexp_sweeper = True
             elif any(c.__name__ == "BaseSubmititLauncher" for c in type(launcher).__mro__):  # submitit_local,
                 # submitit_slurm (Hydra's plugin scan may have imported their module apart from ours)
                 launcher = _FreshSubmititFolder(launcher, self.config)
@@ -338,7 +339,11 @@ def _safe_call(launcher_call, *args: Any) -> JobReturn:
 
 class RlexpLocalLauncher(Launcher):
     """Each trial in its own process (rlexp.runtime.launch: forked from a preloaded forkserver), results back by pipe;
-    like submitit's local launcher, but without a new interpreter and a polling loop per trial."""
+    like submitit's local launcher, but without a new interpreter and a polling loop per trial. rlexp's sweeper
+    hands it `hydra.sweeper.n_jobs` trials at once; under another sweeper (Hydra's basic grid) it runs the jobs
+    one at a time and prints what Hydra's basic launcher prints: the jobs, then each job's console output."""
+
+    for_rlexp_sweeper = False  # set by rlexp's sweeper
 
     def __init__(self, **params: Any) -> None:
         self.params = params
@@ -377,14 +382,43 @@ class RlexpLocalLauncher(Launcher):
         state = Singleton.get_state()
         numbers = [initial_job_idx + i for i in range(len(job_overrides))]
         jobs = [(list(overrides), n, f"local_{n}", state) for n, overrides in zip(numbers, job_overrides)]
-        results = run_jobs(self._safe, jobs, sweep_dir / ".launcher", str(self.params.get("start_method", "forkserver")),
-                           timeout_s=float(self.params.get("timeout_min") or 0) * 60 or None,
-                           names=[_log_name(overrides, n) for n, overrides in zip(numbers, job_overrides)],
-                           setup=alias_optuna_sweeper)  # the sweeper's class may go by hydra-optuna-sweeper's path
-        return [r if isinstance(r, JobReturn) else _failed(r) for r in results]
+        names = [_log_name(overrides, n) for n, overrides in zip(numbers, job_overrides)]
+
+        def run(batch: range) -> list:
+            results = run_jobs(self._safe, [jobs[i] for i in batch], sweep_dir / ".launcher",
+                               str(self.params.get("start_method", "forkserver")),
+                               timeout_s=float(self.params.get("timeout_min") or 0) * 60 or None,
+                               names=[names[i] for i in batch],
+                               setup=alias_optuna_sweeper)  # the sweeper's class may go by hydra-optuna-sweeper's path
+            return [r if isinstance(r, JobReturn) else _failed(r) for r in results]
+
+        if self.for_rlexp_sweeper:
+            return run(range(len(jobs)))
+        log = logging.getLogger("rlexp")
+        log.info(f"Launching {len(jobs)} jobs locally, one at a time, each in its own process")
+        results = []
+        for i, (n, overrides) in enumerate(zip(numbers, job_overrides)):
+            log.info(f"\t#{n} : {' '.join(overrides)}")
+            results += run(range(i, i + 1))
+            _echo_job_output(sweep_dir / ".launcher" / names[i], results[-1])
+        return results
 
     def _safe(self, *args: Any) -> JobReturn:
         return _safe_call(self.__call__, *args)
+
+
+def _echo_job_output(stem: Any, result: JobReturn) -> None:
+    """A job's console output (its .out, its .err's last line where it failed), once it has ended."""
+    import os
+
+    out, err = (f"{stem}{ext}" for ext in (".out", ".err"))
+    text = open(out).read() if os.path.exists(out) else ""
+    if text:
+        sys.stdout.write(text if text.endswith("\n") else text + "\n")
+        sys.stdout.flush()
+    if result.status == JobStatus.FAILED:
+        lines = open(err).read().strip().splitlines() if os.path.exists(err) else []
+        logging.getLogger("rlexp").error(lines[-1] if lines else f"the job failed: {result._return_value}")
 
 
 def _log_name(overrides: List[str], number: int) -> str:
