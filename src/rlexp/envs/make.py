@@ -314,7 +314,7 @@ def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vec
     with the values of a probe (`probe_spaces`) takes the probe's env copy as its first copy."""
     params = dict(env_cfg)
     params.update(overrides)
-    first_copy = _SPARE.pop(probe_key(env_cfg, seed, overrides), None)
+    first_copy = _SPARE.pop(probe_key(env_cfg, seed, overrides), None) if _SPARE else None
     return make_envs(params.pop("id"), seed=seed, first_copy=first_copy, **params)
 
 
