@@ -218,6 +218,22 @@ def test_a_shipped_preset_keeps_its_row_and_a_recurrent_model_stays():
     assert cfg.model.layers[0].type == "lstm" and cfg.agent.use_sde is True  # the model stays; the row's gSDE
 
 
+def test_a_tuned_preset_over_a_model_the_command_line_chose_is_said(caplog):
+    """tuned/sac_bipedal.yaml sets model.layers (256, 256): over model=mlp_400_300 from the command line the
+    run says so (the initializer both set alike is not named); without a model choice nothing is said."""
+    with caplog.at_level("INFO", logger="rlexp"):
+        cfg, _ = resolved("agent=sac", "env=bipedal", "model=mlp_400_300")
+    assert caplog.messages == ["tuned/sac_bipedal.yaml sets model.layers over model=mlp_400_300 (the command "
+                               "line's choice): to train the chosen preset's values, set them on the command line "
+                               "or leave the tuned preset out (~tuned)"]
+    assert [layer.get("units") for layer in cfg.model.layers] == [256, 256, None]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rlexp"):
+        resolved("agent=sac", "env=bipedal", "model.layers.0.units=128")
+        cfg, _ = resolved("agent=sac", "env=bipedal", "model=mlp_400_300", "~tuned")
+    assert caplog.messages == [] and [layer.get("units") for layer in cfg.model.layers] == [400, 300, None]
+
+
 def test_dqns_exploration_follows_the_runs_length_and_off_policy_rows_normalise():
     cfg, _ = resolved("agent=dqn", "env=generic", "env.id=MountainCar-v0", "run.max_steps=60000")
     assert cfg.agent.epsilon_decay_steps == 12000  # exploration_fraction 0.2 of this run's 60,000 steps (SB3)

@@ -14,7 +14,7 @@ from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.errors import UserError
-from rlexp.presets.merge import apply_overrides, fit_sequences, merge_tuned, say_overridden
+from rlexp.presets.merge import apply_overrides, fit_sequences, merge_tuned, say_over_choices, say_overridden
 from rlexp.presets.sources import hydra_choices, hydra_preset, own_values, preset_exists
 from rlexp.presets.zoo.merge import merge_zoo, over_row, registered, zoo_row
 from rlexp.runs.dirs import GENERIC_ENV, env_command, env_display_name, in_sweep
@@ -59,6 +59,7 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
         path, own = hydra_preset("tuned", tuned)  # (your own RL Zoo row wins over a shipped tuned preset)
         preset = OmegaConf.load(path)
         say_overridden(cfg, preset, choices, f"tuned/{tuned}.yaml")
+        say_over_choices(preset, choices, overrides, f"tuned/{tuned}.yaml")
         where = f"tuned/{tuned}.yaml " + (f"(your own: {path})" if own else "(shipped with rlexp)")
         if not over_row(path):  # the pair's whole values (an autotuned preset, an rlexp agent's)
             return cfg, f"tuned preset for {pair}: {where}"

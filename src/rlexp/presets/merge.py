@@ -49,6 +49,24 @@ def say_overridden(cfg: DictConfig, sections: Any, choices: dict[str, str], by: 
         log.info(f"{by} sets {'; '.join(lost)} over your own presets: set them on the command line to keep yours")
 
 
+def say_over_choices(preset: Any, choices: dict[str, str], overrides: list[str], by: str) -> None:
+    """One line naming the keys of a group preset chosen on the command line (model=mlp_400_300) that `by` (a
+    tuned preset, merged over the groups' presets) sets to other values: the command line chose that preset, so
+    losing its values is said, with the two ways to keep them."""
+    chosen = {o.split("=", 1)[0] for o in overrides if "=" in o and not o.startswith(("+", "~"))}
+    lost = []
+    for group in SECTIONS:
+        if group not in chosen or group not in preset or group not in choices:
+            continue
+        path, _ = hydra_preset(group, choices[group])
+        mine = OmegaConf.load(path) if path is not None else OmegaConf.create()
+        keys = [key for key in preset[group] if key in mine and mine[key] != preset[group][key]]
+        lost += [f"{', '.join(f'{group}.{key}' for key in keys)} over {group}={choices[group]}"] if keys else []
+    if lost:
+        log.info(f"{by} sets {'; '.join(lost)} (the command line's choice): to train the chosen preset's values, "
+                 "set them on the command line or leave the tuned preset out (~tuned)")
+
+
 def fit_sequences(cfg: DictConfig) -> None:
     """With a recurrent model, minibatches are whole sequences (see OnPolicyAgent's sequence_length): when
     agent.sequence_length is unset and the rollout's n_envs sequences don't split into agent.mini_batches,
