@@ -234,6 +234,22 @@ def test_a_tuned_preset_over_a_model_the_command_line_chose_is_said(caplog):
     assert caplog.messages == [] and [layer.get("units") for layer in cfg.model.layers] == [400, 300, None]
 
 
+def test_your_tuned_preset_over_a_model_the_command_line_chose_is_said(tmp_path, caplog):
+    """env=generic finds your own tuned/ppo_CartPole-v1.yaml (autotune's): its model keys over model=mlp_large are
+    said the same way."""
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned/ppo_CartPole-v1.yaml").write_text(
+        "# @package _global_\nmodel: {layers: [{type: dense, units: 32, activation: tanh}, {type: dense, output: true}],"
+        " initializer: glorot_uniform}\n")
+    with caplog.at_level("INFO", logger="rlexp"):
+        cfg, line = resolved("env=generic", "env.id=CartPole-v1", "model=mlp_large", "zoo.rows=false",
+                             f"hydra.searchpath=[file://{tmp_path}]")
+    assert line.startswith("tuned preset for ppo+CartPole-v1: tuned/ppo_CartPole-v1.yaml (your own: ")
+    assert caplog.messages == ["tuned/ppo_CartPole-v1.yaml sets model.layers over model=mlp_large (the command "
+                               "line's choice): to train the chosen preset's values, set them on the command line"]
+    assert [layer.get("units") for layer in cfg.model.layers] == [32, None]
+
+
 def test_dqns_exploration_follows_the_runs_length_and_off_policy_rows_normalise():
     cfg, _ = resolved("agent=dqn", "env=generic", "env.id=MountainCar-v0", "run.max_steps=60000")
     assert cfg.agent.epsilon_decay_steps == 12000  # exploration_fraction 0.2 of this run's 60,000 steps (SB3)

@@ -76,6 +76,7 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
         named = f"{agent}_{env_display_name(GENERIC_ENV, str(cfg.env.id))}"
         path, own = hydra_preset("tuned", named)
         if path is not None:
+            say_over_choices(OmegaConf.load(path), choices, overrides, f"tuned/{named}.yaml", leave_out="")
             return merge_tuned(cfg, path, overrides), (f"tuned preset for {pair}: tuned/{named}.yaml "
                                                        + (f"(your own: {path})" if own else "(shipped with rlexp)"))
     hint = autotune_hint(agent, choices.get("env"), str(cfg.env.id))

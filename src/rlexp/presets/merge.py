@@ -49,13 +49,14 @@ def say_overridden(cfg: DictConfig, sections: Any, choices: dict[str, str], by: 
         log.info(f"{by} sets {'; '.join(lost)} over your own presets: set them on the command line to keep yours")
 
 
-def say_over_choices(preset: Any, choices: dict[str, str], overrides: list[str], by: str) -> None:
+def say_over_choices(preset: Any, choices: dict[str, str], overrides: list[str], by: str,
+                     leave_out: str = " or leave the tuned preset out (~tuned)") -> None:
     """One line naming the keys of a group preset chosen on the command line (model=mlp_400_300) that `by` (a
     tuned preset, merged over the groups' presets) sets to other values: the command line chose that preset, so
-    losing its values is said, with the two ways to keep them."""
+    losing its values is said, with the ways to keep them. (agent= and env= pick the pair the tuned preset is for.)"""
     chosen = {o.split("=", 1)[0] for o in overrides if "=" in o and not o.startswith(("+", "~"))}
     lost = []
-    for group in SECTIONS:
+    for group in ("model", "buffer"):
         if group not in chosen or group not in preset or group not in choices:
             continue
         path, _ = hydra_preset(group, choices[group])
@@ -64,7 +65,7 @@ def say_over_choices(preset: Any, choices: dict[str, str], overrides: list[str],
         lost += [f"{', '.join(f'{group}.{key}' for key in keys)} over {group}={choices[group]}"] if keys else []
     if lost:
         log.info(f"{by} sets {'; '.join(lost)} (the command line's choice): to train the chosen preset's values, "
-                 "set them on the command line or leave the tuned preset out (~tuned)")
+                 f"set them on the command line{leave_out}")
 
 
 def fit_sequences(cfg: DictConfig) -> None:
