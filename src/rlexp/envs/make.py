@@ -129,8 +129,11 @@ def make_envs(env_id: str, n_envs: int = 1, seed: int | None = None, *, vectoriz
             first_copy.close()
 
 
-def _make_envs(env_id, n_envs, seed, vectorization, preprocess, max_frame, frame_stack, screen_size, noop_max,
-               life_loss_terminal, max_episode_steps, render_mode, kwargs, imports, wrappers, first_copy):
+def _make_envs(env_id: str, n_envs: int, seed: int | None, vectorization: str, preprocess: bool, max_frame: bool,
+               frame_stack: int, screen_size: int, noop_max: int, life_loss_terminal: bool,
+               max_episode_steps: int | None, render_mode: str | None, kwargs: dict[str, Any] | None,
+               imports: Sequence[str], wrappers: Sequence[Mapping[str, Any]],
+               first_copy: gym.Env | None) -> gym.vector.VectorEnv:
     from rlexp.checks.values import check_env_values, check_seed
 
     seed = check_seed(seed, "seed")
