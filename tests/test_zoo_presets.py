@@ -53,3 +53,16 @@ def test_tuned_preset_is_rl_zoos_row(agent, env):
         assert a.gamma == zoo["gamma"]
     if "lr" in zoo:
         assert a.lr_schedule == ("linear" if zoo["lr"] == "lin" else "constant")
+
+
+@pytest.mark.parametrize("agent, values", [
+    ("td3", dict(gamma=0.98, lr=1e-3, buffer=200_000, learning_starts=10_000)),
+])
+def test_lunarlandercontinuous_trains_rl_zoos_row_as_sb3_builds_it(agent, values):
+    """No tuned preset over the row: SB3's Adam epsilon (1e-8 for off-policy agents), PyTorch's default init,
+    the row's net_arch [400, 300] and values."""
+    cfg = composed(agent, "lunarlander_continuous")
+    assert cfg.agent.opt_epsilon == 1e-8 and cfg.model.initializer == "torch"
+    assert [layer.get("units") for layer in cfg.model.layers] == [400, 300, None]
+    assert (cfg.agent.gamma, cfg.agent.lr, cfg.buffer.max_size, cfg.buffer.initial_size) == (
+        values["gamma"], values["lr"], values["buffer"], values["learning_starts"])
