@@ -378,3 +378,8 @@ def test_the_probes_env_copy_is_the_first_training_copy_and_steps_as_a_new_one(m
     monkeypatch.setattr(probe_copy, "close", lambda: closed.append(True))
     batched = make.env_from_config(cartpole, 0)
     assert type(batched).__name__ == "GraphCartPole" and closed == [True] and not make._SPARE
+    make.probe_spaces(env, 8)  # envs with other values (here: rendered, as play makes them) close it too
+    (probe_copy,) = make._SPARE.values()
+    monkeypatch.setattr(probe_copy, "close", lambda: closed.append("render"))
+    make.env_from_config(env, 8, render_mode="rgb_array", n_envs=1).close()
+    assert closed == [True, "render"] and not make._SPARE

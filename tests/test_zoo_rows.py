@@ -228,6 +228,12 @@ def test_a_tuned_preset_over_a_model_the_command_line_chose_is_said(caplog):
                                "or leave the tuned preset out (~tuned)"]
     assert [layer.get("units") for layer in cfg.model.layers] == [256, 256, None]
     caplog.clear()
+    with caplog.at_level("INFO", logger="rlexp"):  # buffer=dqfd_uniform takes its sizes from the replay preset
+        resolved("agent=dqfd", "env=cartpole", "buffer=dqfd_uniform")
+    assert caplog.messages == ["tuned/dqfd_cartpole.yaml sets buffer.max_size, buffer.initial_size, buffer.batch_size "
+                               "over buffer=dqfd_uniform (the command line's choice): to train the chosen preset's "
+                               "values, set them on the command line or leave the tuned preset out (~tuned)"]
+    caplog.clear()
     with caplog.at_level("INFO", logger="rlexp"):
         resolved("agent=sac", "env=bipedal", "model.layers.0.units=128")
         cfg, _ = resolved("agent=sac", "env=bipedal", "model=mlp_400_300", "~tuned")

@@ -340,8 +340,9 @@ def _safe_call(launcher_call, *args: Any) -> JobReturn:
 class RlexpLocalLauncher(Launcher):
     """Each trial in its own process (rlexp.runtime.launch: forked from a preloaded forkserver), results back by pipe;
     like submitit's local launcher, but without a new interpreter and a polling loop per trial. rlexp's sweeper
-    hands it `hydra.sweeper.n_jobs` trials at once; under another sweeper (Hydra's basic grid) it runs the jobs
-    one at a time and prints what Hydra's basic launcher prints: the jobs, then each job's console output."""
+    hands it one trial per call and keeps `hydra.sweeper.n_jobs` calls running. Under another sweeper it prints
+    what Hydra's basic launcher prints (the jobs, then each job's console output as it ends), running the jobs of
+    Hydra's basic grid one at a time and another sweeper's batch at once."""
 
     for_rlexp_sweeper = False  # set by rlexp's sweeper
 
@@ -394,13 +395,23 @@ class RlexpLocalLauncher(Launcher):
 
         if self.for_rlexp_sweeper:
             return run(range(len(jobs)))
+        from rlexp.errors import TrialFailed
+
         log = logging.getLogger("rlexp")
-        log.info(f"Launching {len(jobs)} jobs locally, one at a time, each in its own process")
+        grid = str(self.config.hydra.sweeper.get("_target_", "")).endswith(".BasicSweeper")  # its whole grid at once
+        log.info(f"Launching {len(jobs)} jobs locally, {'one at a time' if grid else 'at once'}, each in its own "
+                 "process")
         results = []
-        for i, (n, overrides) in enumerate(zip(numbers, job_overrides)):
-            log.info(f"\t#{n} : {' '.join(overrides)}")
-            results += run(range(i, i + 1))
-            _echo_job_output(sweep_dir / ".launcher" / names[i], results[-1])
+        for batch in ([range(i, i + 1) for i in range(len(jobs))] if grid else [range(len(jobs))]):
+            for i in batch:
+                log.info(f"\t#{numbers[i]} : {' '.join(job_overrides[i])}")
+            for i, ret in zip(batch, run(batch)):
+                if ret.status == JobStatus.FAILED:  # (Hydra's sweeper raises it: one line from rlexp.main)
+                    ret.overrides = ret.overrides or list(job_overrides[i])
+                    if not isinstance(ret._return_value, TrialFailed):  # killed, or past timeout_min
+                        ret._return_value = TrialFailed(str(ret._return_value))
+                _echo_job_output(sweep_dir / ".launcher" / names[i], ret)
+                results.append(ret)
         return results
 
     def _safe(self, *args: Any) -> JobReturn:
@@ -408,17 +419,19 @@ class RlexpLocalLauncher(Launcher):
 
 
 def _echo_job_output(stem: Any, result: JobReturn) -> None:
-    """A job's console output (its .out, its .err's last line where it failed), once it has ended."""
+    """A job's console output once it has ended: its .out, then its .err (where it failed: the error's line)."""
     import os
 
-    out, err = (f"{stem}{ext}" for ext in (".out", ".err"))
-    text = open(out).read() if os.path.exists(out) else ""
-    if text:
-        sys.stdout.write(text if text.endswith("\n") else text + "\n")
-        sys.stdout.flush()
-    if result.status == JobStatus.FAILED:
-        lines = open(err).read().strip().splitlines() if os.path.exists(err) else []
-        logging.getLogger("rlexp").error(lines[-1] if lines else f"the job failed: {result._return_value}")
+    def read(path: str) -> str:
+        return open(path).read() if os.path.exists(path) else ""
+
+    for stream, text in ((sys.stdout, read(f"{stem}.out")), (sys.stderr, read(f"{stem}.err"))):
+        if stream is sys.stderr and result.status == JobStatus.FAILED:
+            lines = text.strip().splitlines()
+            text = (lines[-1] if lines and lines[-1].startswith("error: ") else f"error: {result._return_value}")
+        if text.strip():
+            stream.write(text if text.endswith("\n") else text + "\n")
+            stream.flush()
 
 
 def _log_name(overrides: List[str], number: int) -> str:

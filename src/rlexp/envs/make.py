@@ -243,9 +243,9 @@ def sync_copies(first_copy: gym.Env, env_id: str, n_envs: int, copy_wrappers: Se
             env = wrap(env)
         return env
 
-    first_copy._taken = True  # type: ignore[attr-defined]
     envs = gym.vector.SyncVectorEnv([lambda: first_copy, *[new_copy] * (n_envs - 1)],
                                     autoreset_mode=gym.vector.AutoresetMode.SAME_STEP)
+    first_copy._taken = True  # type: ignore[attr-defined]
     spec = gym.spec(env_id)
     envs.spec = dataclasses.replace(spec, kwargs={**spec.kwargs, **make_kwargs, "vectorization_mode": "sync",
                                                   **({"num_envs": n_envs} if n_envs != 1 else {})})
@@ -317,8 +317,18 @@ def env_from_config(env_cfg: Any, seed: int | None, **overrides: Any) -> gym.vec
     with the values of a probe (`probe_spaces`) takes the probe's env copy as its first copy."""
     params = dict(env_cfg)
     params.update(overrides)
-    first_copy = _SPARE.pop(probe_key(env_cfg, seed, overrides), None) if _SPARE else None
+    first_copy = None
+    if _SPARE:  # the probe's copy is for the first envs made after it: taken if they match, else closed
+        first_copy = _SPARE.pop(probe_key(env_cfg, seed, overrides), None)
+        close_probe_copies()
     return make_envs(params.pop("id"), seed=seed, first_copy=first_copy, **params)
+
+
+def close_probe_copies() -> None:
+    """Close the probe's env copy that no envs took (a process that makes no envs after its checks)."""
+    for spare in _SPARE.values():
+        spare.close()
+    _SPARE.clear()
 
 
 _PROBED: dict[str, tuple[gym.Space, gym.Space]] = {}
@@ -346,8 +356,7 @@ def probe_spaces(env_cfg: Any, seed: int | None) -> tuple[gym.Space, gym.Space]:
     if key not in _PROBED:
         envs = env_from_config(env_cfg, seed, n_envs=1, vectorization="sync")
         _PROBED[key] = envs.single_observation_space, envs.single_action_space
-        for spare in _SPARE.values():  # one spare at most
-            spare.close()
-        _SPARE.clear()
+        close_probe_copies()  # one at most
         _SPARE[key] = envs.envs[0]
+        envs.closed = True  # its one copy lives on: gymnasium < 1.3 closes a vector env it collects unless closed
     return _PROBED[key]

@@ -9,7 +9,7 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlexp.presets.sources import SECTIONS, hydra_preset, own_keys
+from rlexp.presets.sources import SECTIONS, hydra_preset, own_keys, preset_values
 
 log = logging.getLogger("rlexp")
 
@@ -59,9 +59,9 @@ def say_over_choices(preset: Any, choices: dict[str, str], overrides: list[str],
     for group in ("model", "buffer"):
         if group not in chosen or group not in preset or group not in choices:
             continue
-        path, _ = hydra_preset(group, choices[group])
-        mine = OmegaConf.load(path) if path is not None else OmegaConf.create()
-        keys = [key for key in preset[group] if key in mine and mine[key] != preset[group][key]]
+        mine = preset_values(group, choices[group])  # (with what it takes from the presets it starts from)
+        theirs = OmegaConf.to_container(preset[group])
+        keys = [key for key in theirs if key in mine and mine[key] != theirs[key]]
         lost += [f"{', '.join(f'{group}.{key}' for key in keys)} over {group}={choices[group]}"] if keys else []
     if lost:
         log.info(f"{by} sets {'; '.join(lost)} (the command line's choice): to train the chosen preset's values, "

@@ -102,6 +102,26 @@ def preset_keys(group: str, name: str, seen: frozenset[str]) -> tuple[set[str], 
     return every, own
 
 
+def preset_values(group: str, name: str, seen: frozenset[str] = frozenset()) -> dict[str, Any]:
+    """<group>/<name>.yaml's values as Hydra composes that preset alone: each `defaults` entry, then its own."""
+    path, _ = hydra_preset(group, name)
+    if path is None or f"{group}/{name}" in seen:
+        return {}
+    preset = OmegaConf.to_container(OmegaConf.load(path))
+    if not isinstance(preset, dict):
+        return {}
+    defaults = preset.get("defaults")
+    entries = list(defaults) if isinstance(defaults, list) else []
+    entries += [] if "_self_" in entries else ["_self_"]
+    values: dict[str, Any] = {}
+    for entry in entries:
+        if entry == "_self_":
+            values.update({k: v for k, v in preset.items() if k != "defaults"})
+        elif (parent := parent_preset(group, entry)) is not None:
+            values.update(preset_values(*parent, seen | {f"{group}/{name}"}))
+    return values
+
+
 def shipped_file(group: str, name: str) -> Any:
     """rlexp's own <group>/<name>.yaml (which may not exist)."""
     return importlib.resources.files("rlexp.conf") / group / f"{name}.yaml"

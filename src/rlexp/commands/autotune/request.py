@@ -113,9 +113,12 @@ def space_keys(space: str) -> set[str]:
 
 def pair_kind(cfg: DictConfig) -> str:
     """<actions>_<observations> of the pair's env (discrete_vector, continuous_image, ...)."""
+    from rlexp.envs.make import close_probe_copies
     from rlexp.presets.fallbacks import env_kind
 
-    return env_kind(cfg.env, int(cfg.seed))
+    kind = env_kind(cfg.env, int(cfg.seed))
+    close_probe_copies()  # the study's trials make their envs in their own processes
+    return kind
 
 def check_space(agent: str, space: str | None, kind: str | None = None) -> str:
     """The search space's preset: +sweep=<name>, else sweep/<agent>_<continuous|discrete>.yaml where there is one
