@@ -57,6 +57,7 @@ def test_tuned_preset_is_rl_zoos_row(agent, env):
 
 @pytest.mark.parametrize("agent, values", [
     ("td3", dict(gamma=0.98, lr=1e-3, buffer=200_000, learning_starts=10_000)),
+    ("sac", dict(gamma=0.99, lr=7.3e-4, buffer=1_000_000, learning_starts=10_000, lr_schedule="linear", tau=0.01)),
 ])
 def test_lunarlandercontinuous_trains_rl_zoos_row_as_sb3_builds_it(agent, values):
     """No tuned preset over the row: SB3's Adam epsilon (1e-8 for off-policy agents), PyTorch's default init,
@@ -66,3 +67,4 @@ def test_lunarlandercontinuous_trains_rl_zoos_row_as_sb3_builds_it(agent, values
     assert [layer.get("units") for layer in cfg.model.layers] == [400, 300, None]
     assert (cfg.agent.gamma, cfg.agent.lr, cfg.buffer.max_size, cfg.buffer.initial_size) == (
         values["gamma"], values["lr"], values["buffer"], values["learning_starts"])
+    assert cfg.agent.lr_schedule == values.get("lr_schedule", "constant") and cfg.agent.tau == values.get("tau", 0.005)
