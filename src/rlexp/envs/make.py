@@ -354,9 +354,8 @@ def probe_spaces(env_cfg: Any, seed: int | None) -> tuple[gym.Space, gym.Space]:
     not change the spaces, so they are not part of the key."""
     key = probe_key(env_cfg, seed)
     if key not in _PROBED:
-        envs = env_from_config(env_cfg, seed, n_envs=1, vectorization="sync")
+        envs = env_from_config(env_cfg, seed, n_envs=1, vectorization="sync")  # (closes an earlier probe's copy)
         _PROBED[key] = envs.single_observation_space, envs.single_action_space
-        close_probe_copies()  # one at most
         _SPARE[key] = envs.envs[0]
         envs.closed = True  # its one copy lives on: gymnasium < 1.3 closes a vector env it collects unless closed
     return _PROBED[key]
