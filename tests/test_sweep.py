@@ -738,6 +738,41 @@ def test_a_workers_final_report_names_the_trials_still_running_elsewhere(tmp_pat
                     "on another worker, which reports the study's best when it ends)")
 
 
+def test_the_final_report_reads_one_snapshot_while_another_worker_finishes_a_trial(tmp_path, caplog):
+    """The other worker completes trial 1 (objective 50) while this one writes its report. The report reads the
+    study once: trial 1 as it was then (running) is named as still running beside the best then (trial 0, 10),
+    never left out as if nothing else were running."""
+    import logging
+
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    sweep = OptunaSweep(SETTINGS, config, launcher=None)
+    sweep.distributions = {"agent.lr": FloatDistribution(1e-4, 1e-2)}
+    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/optuna.db", direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=10.0, params={"agent.lr": 1e-3},
+                                              distributions=sweep.distributions))
+    elsewhere = study.ask()  # trial 1, on the other worker
+    sweep.storage_url, sweep.is_grid = f"sqlite:///{tmp_path}/optuna.db", False
+    real_get_trials, reads = study.get_trials, []
+
+    def get_trials(*args, **kwargs):  # the other worker's trial ends right after the report's first read
+        reads.append(1)
+        if len(reads) == 2:
+            study.tell(elsewhere, 50.0)
+        return real_get_trials(*args, **kwargs)
+
+    study.get_trials = get_trials
+    with caplog.at_level(logging.INFO, logger="rlexp"):
+        sweep.report(study)
+    (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("best: ")]
+    assert line == ("best: trial 0, objective 10 (1 complete, 0 pruned, 0 failed; so far: trial(s) 1 still running "
+                    "on another worker, which reports the study's best when it ends)")
+
+
 @pytest.mark.skipif(not os.environ.get("RLEXP_TEST_SLURM"), reason="needs a Slurm cluster: .ci/run starts one "
                     "(.ci/slurm.sh) and sets RLEXP_TEST_SLURM")
 def test_a_sweep_runs_its_trials_as_slurm_jobs_and_a_request_no_node_holds_is_one_line(tmp_path):

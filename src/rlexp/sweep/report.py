@@ -44,17 +44,20 @@ class Report:
     """The report's half of OptunaSweep (it sets sweep_dir, config, objective, directions, multi, aggregate,
     confirm, n_seeds, fixed and storage_url)."""
 
-    def ranked(self, study: optuna.Study) -> list[optuna.trial.FrozenTrial]:
-        """Complete trials, best first by the search's objective."""
-        complete = [t for t in study.get_trials(deepcopy=False, states=(TrialState.COMPLETE,))]
+    def ranked(self, study: optuna.Study, trials: list[optuna.trial.FrozenTrial] | None = None
+               ) -> list[optuna.trial.FrozenTrial]:
+        """Complete trials, best first by the search's objective (of `trials`, a snapshot of the study, if given)."""
+        trials = study.get_trials(deepcopy=False) if trials is None else trials
+        complete = [t for t in trials if t.state == TrialState.COMPLETE]
         return sorted(complete, key=lambda t: t.values[0], reverse=self.directions[0] == "maximize")
 
-    def confirmation_table(self, study: optuna.Study) -> list[dict[str, Any]]:
+    def confirmation_table(self, study: optuna.Study, trials: list[optuna.trial.FrozenTrial] | None = None
+                           ) -> list[dict[str, Any]]:
         """The confirmed configurations ranked by their seeds' aggregate (hydra.sweeper.aggregate: mean or iqm,
         column confirmed_<aggregate>), with its 95% stratified-bootstrap interval."""
         from rlexp.analysis.stats import interval_estimates
 
-        ranked = self.ranked(study)
+        ranked = self.ranked(study, trials)
         confirmed = {t.number: [float(v) for v in study.user_attrs.get(f"confirm_{t.number}", {}).values()]
                      for t in ranked}
         confirmed = {k: v for k, v in confirmed.items() if v}
@@ -95,14 +98,14 @@ class Report:
                                         "params": params_of(t)} for t in front]
             self.write_csv("pareto_front.csv", results["pareto_front"])
         elif complete:
-            best = self.ranked(study)[0]
+            best = self.ranked(study, trials)[0]
             results.update(best_params=params_of(best), best_value=best.values[0], best_trial=best.number)
-            confirmed = self.confirmation_table(study) if self.confirm else []
+            confirmed = self.confirmation_table(study, trials) if self.confirm else []
             if confirmed:
                 winner = confirmed[0]
                 best = next(t for t in complete if t.number == winner["trial"])
                 results.update(best_params=params_of(best), best_value=winner[f"confirmed_{self.aggregate}"],
-                               best_trial=best.number, search_best_trial=self.ranked(study)[0].number,
+                               best_trial=best.number, search_best_trial=self.ranked(study, trials)[0].number,
                                confirmation=confirmed)
                 self.write_csv("confirmation.csv", confirmed)
         write_text(self.sweep_dir / "optimization_results.yaml", OmegaConf.to_yaml(OmegaConf.create(results)))
@@ -115,7 +118,7 @@ class Report:
             return
         preset = self.write_best_preset(best, study.study_name, results.get("best_value", best.values[0]))
         self.plot(study, complete)
-        running = [t.number for t in study.get_trials(deepcopy=False) if t.state == TrialState.RUNNING]
+        running = [t.number for t in trials if t.state == TrialState.RUNNING]  # the snapshot the counts are of
         elsewhere = (f"; so far: trial(s) {', '.join(map(str, running))} still running on another worker, which "
                      "reports the study's best when it ends") if running else ""
         done = (f"({counts.get('COMPLETE', 0)} complete, {counts.get('PRUNED', 0)} pruned, "
