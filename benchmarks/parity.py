@@ -89,6 +89,11 @@ CASES = {
     "trpo-swimmer-zoo": Case(["agent=trpo", "env=generic", "env.id=Swimmer-v5"], "trpo-swimmer-zoo", 1_001_472,
                              "RL Zoo's trpo.yml Swimmer-v4 row on gymnasium's Swimmer-v5, as dqn-mountaincar-zoo "
                              "(1,001,472 env steps: the whole rollouts that pass its 1,000,000)"),
+    "td3-lunarlander-continuous-zoo": Case(["agent=td3", "env=lunarlander_continuous", "run.mixed_precision=false"],
+                                           "td3-lunarlander-continuous-zoo", 300_000,
+                                           "RL Zoo's td3.yml LunarLanderContinuous-v3 row, as dqn-mountaincar-zoo; rlexp "
+                                           "in float32 (learning.md's td3-lunarlander-continuous rows: the same seeds "
+                                           "in bfloat16, rlexp's `auto` here)"),
     "ppo-lstm-cartpole-novel-20k": Case([*LSTM, "env=cartpole_novel"], "ppo-lstm-cartpole-novel", 20_000,
                                         "RL Zoo's ppo_lstm.yml CartPoleNoVel-v1 row with observations normalised, "
                                         "rewards not (RL Zoo's current row normalises both); rlexp: "

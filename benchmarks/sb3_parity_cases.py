@@ -23,6 +23,7 @@ import torch.nn as nn
 from sb3_contrib import TRPO
 from stable_baselines3.common.base_class import BaseAlgorithm
 from stable_baselines3.common.callbacks import BaseCallback
+from stable_baselines3.common.off_policy_algorithm import OffPolicyAlgorithm
 from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.evaluation import evaluate_policy
 from stable_baselines3.common.vec_env import VecEnv, VecNormalize
@@ -51,7 +52,8 @@ ZOO_CASES = {"dqn-mountaincar-zoo": ("dqn", "MountainCar-v0", "MountainCar-v0"),
              "ppo-hopper-zoo": ("ppo", "Hopper-v4", "Hopper-v5"),
              "ppo-halfcheetah-zoo": ("ppo", "HalfCheetah-v4", "HalfCheetah-v5"),
              "trpo-mountaincar-zoo": ("trpo", "MountainCar-v0", "MountainCar-v0"),
-             "trpo-swimmer-zoo": ("trpo", "Swimmer-v4", "Swimmer-v5")}
+             "trpo-swimmer-zoo": ("trpo", "Swimmer-v4", "Swimmer-v5"),
+             "td3-lunarlander-continuous-zoo": ("td3", "LunarLanderContinuous-v3", "LunarLanderContinuous-v3")}
 
 
 def zoo_case(name: str, seed: int, steps: int | None) -> tuple[BaseAlgorithm, int]:
@@ -86,8 +88,8 @@ def eval_env(model: BaseAlgorithm, seed: int) -> VecEnv:
 
 
 class Checkpoints(BaseCallback):
-    """After a rollout, every CHECKPOINT_STEPS env steps: the model, VecNormalize's statistics and the seconds
-    trained so far, written to temporary names and renamed (a kill mid-save keeps the previous save)."""
+    """After a rollout, every CHECKPOINT_STEPS env steps: the model, VecNormalize's statistics, an off-policy model's
+    replay buffer and the seconds trained so far, written to temporary names and renamed (a kill mid-save keeps the previous save)."""
 
     def __init__(self, directory: Path, seconds_before: float) -> None:
         super().__init__()
@@ -111,6 +113,9 @@ class Checkpoints(BaseCallback):
         if isinstance(env, VecNormalize):
             env.save(str(self.directory / "vecnormalize.tmp.pkl"))
             os.replace(self.directory / "vecnormalize.tmp.pkl", self.directory / "vecnormalize.pkl")
+        if isinstance(self.model, OffPolicyAlgorithm):
+            self.model.save_replay_buffer(self.directory / "buffer.tmp.pkl")
+            os.replace(self.directory / "buffer.tmp.pkl", self.directory / "buffer.pkl")
         os.replace(self.directory / "model.tmp.zip", self.directory / "model.zip")
         seconds = self.seconds_before + time.perf_counter() - self.started
         progress = dict(steps=int(self.num_timesteps), seconds=seconds)
@@ -126,6 +131,8 @@ def resume(model: BaseAlgorithm, directory: Path) -> tuple[BaseAlgorithm, float]
     if isinstance(env, VecNormalize):
         env = VecNormalize.load(str(directory / "vecnormalize.pkl"), env.venv)
     loaded = type(model).load(directory / "model.zip", env=env, device="cpu")  # its num_timesteps from the zip
+    if isinstance(loaded, OffPolicyAlgorithm):
+        loaded.load_replay_buffer(directory / "buffer.pkl")
     return loaded, progress["seconds"]
 
 
