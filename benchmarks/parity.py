@@ -106,6 +106,7 @@ CASES = {
                                          "conf/tuned/ppo_pendulum_novel.yaml with model=lstm"),
 }
 FAMILIES = {"trpo": "TRPO (rlexp's TRPO, sb3-contrib's TRPO)", "dqn": "DQN (rlexp's DQN, SB3's DQN)",
+            "td3": "TD3 (rlexp's TD3, SB3's TD3)",
             "ppo-lstm": "Recurrent PPO (rlexp's PPO with model=lstm, sb3-contrib's RecurrentPPO)"}
 # What differs between the implementations with the same settings, read from both sides' code
 DIFFERENCES = {
@@ -140,6 +141,19 @@ DIFFERENCES = {
         "normalisation: both update the observation statistics on each step's observations before scaling, scale the "
         "truncated episode's final observation without updating, and scale rewards by the running std of the "
         "discounted return (reset at episode ends), clipped to +-10",
+    ],
+    "td3": [
+        "the same update, read from both sides' code: one critic step per env step once 10,000 uniform random actions "
+        "are stored, on 256 transitions drawn with replacement; the sum of both critics' MSE to r + gamma (1 - "
+        "terminated) min_i Q'_i(s', clip(mu'(s') + clip(N(0, 0.2), +-0.5), +-1)); every second critic step an actor "
+        "step through the first critic, then Polyak updates (tau 0.005) of all targets; exploration N(0, 0.1) in "
+        "[-1, 1] units, clipped; a time limit's end bootstraps",
+        "precision: the case runs rlexp in float32; rlexp's `auto` is bfloat16 on CPUs with bfloat16 matmuls "
+        "(learning.md's td3-lunarlander-continuous rows), SB3 float32",
+        "Adam's epsilon (1e-8 on both sides): Keras adds it to the uncorrected sqrt(v), PyTorch to the corrected one",
+        "initialisation: the same law (PyTorch's nn.Linear default: weights and biases uniform in +-1/sqrt(fan-in)), "
+        "different draws; the targets start as copies on both sides",
+        "random streams: exploration, smoothing noise and batch draws come from different generators",
     ],
     "ppo-lstm": [
         "LSTM initialisation: Keras' LSTMCell (Glorot-uniform input kernel, orthogonal recurrent kernel, zero biases "
