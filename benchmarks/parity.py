@@ -92,8 +92,8 @@ CASES = {
     "td3-lunarlander-continuous-zoo": Case(["agent=td3", "env=lunarlander_continuous", "run.mixed_precision=false"],
                                            "td3-lunarlander-continuous-zoo", 300_000,
                                            "RL Zoo's td3.yml LunarLanderContinuous-v3 row, as dqn-mountaincar-zoo; rlexp "
-                                           "in float32 (learning.md's td3-lunarlander-continuous rows: the same seeds "
-                                           "in bfloat16, rlexp's `auto` here)"),
+                                           "in float32, TD3's `auto` (learning.md's td3-lunarlander-continuous-bf16 "
+                                           "rows: the same seeds in bfloat16)"),
     "ppo-lstm-cartpole-novel-20k": Case([*LSTM, "env=cartpole_novel"], "ppo-lstm-cartpole-novel", 20_000,
                                         "RL Zoo's ppo_lstm.yml CartPoleNoVel-v1 row with observations normalised, "
                                         "rewards not (RL Zoo's current row normalises both); rlexp: "
@@ -148,8 +148,8 @@ DIFFERENCES = {
         "terminated) min_i Q'_i(s', clip(mu'(s') + clip(N(0, 0.2), +-0.5), +-1)); every second critic step an actor "
         "step through the first critic, then Polyak updates (tau 0.005) of all targets; exploration N(0, 0.1) in "
         "[-1, 1] units, clipped; a time limit's end bootstraps",
-        "precision: the case runs rlexp in float32; rlexp's `auto` is bfloat16 on CPUs with bfloat16 matmuls "
-        "(learning.md's td3-lunarlander-continuous rows), SB3 float32",
+        "precision: float32 on both sides (rlexp's `auto` for TD3; in bfloat16, asked for with "
+        "run.mixed_precision=bfloat16, the same seeds learned worse here: learning.md)",
         "Adam's epsilon (1e-8 on both sides): Keras adds it to the uncorrected sqrt(v), PyTorch to the corrected one",
         "initialisation: the same law (PyTorch's nn.Linear default: weights and biases uniform in +-1/sqrt(fan-in)), "
         "different draws; the targets start as copies on both sides",

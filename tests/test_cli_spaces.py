@@ -102,8 +102,8 @@ def test_auto_precision_is_bfloat16_only_for_image_models_on_a_bfloat16_cpu(tmp_
         assert build.resolve_precision("float16", PPO, image_obs=False) == "float16"
 
 
-def test_auto_precision_of_a_td3_run_is_recorded_and_kept_on_resume(tmp_path):
-    """agent=td3 (400-300 MLP) computes in bfloat16 under run.mixed_precision=auto on a bfloat16 CPU; the run
+def test_auto_precision_of_a_sac_run_is_recorded_and_kept_on_resume(tmp_path):
+    """agent=sac (256-256 MLP) computes in bfloat16 under run.mixed_precision=auto on a bfloat16 CPU; the run
     config records it and a resume keeps it; float16 is refused in one line."""
     from omegaconf import OmegaConf
 
@@ -111,7 +111,7 @@ def test_auto_precision_of_a_td3_run_is_recorded_and_kept_on_resume(tmp_path):
 
     import tensorflow as tf
 
-    args = ["agent=td3", "env=pendulum", "buffer.initial_size=100", "run.eval_episodes=0", "run.progress=log"]
+    args = ["agent=sac", "env=pendulum", "buffer.initial_size=100", "run.eval_episodes=0", "run.progress=log"]
     first = rlexp(tmp_path, *args, "run.max_steps=300")
     assert first.returncode == 0, first.stderr[-2000:]
     (run,) = run_dirs(tmp_path)
@@ -121,5 +121,5 @@ def test_auto_precision_of_a_td3_run_is_recorded_and_kept_on_resume(tmp_path):
     resumed = rlexp(tmp_path, f"+resume={run}", "run.max_steps=400")
     assert resumed.returncode == 0 and ("bfloat16 compute" in resumed.stdout + resumed.stderr) == bf16
     refused = rlexp(tmp_path, *args, "run.mixed_precision=float16", "run.max_steps=300")
-    assert refused.returncode == 2 and "needs loss scaling, which TD3 does not do" in refused.stdout + refused.stderr
+    assert refused.returncode == 2 and "needs loss scaling, which SAC does not do" in refused.stdout + refused.stderr
     assert len(run_dirs(tmp_path)) == 1

@@ -271,7 +271,7 @@ def resolve_precision(setting: bool | str, cls: type, image_obs: bool, recurrent
     """run.mixed_precision, with `auto` decided: bfloat16 on a CPU with bfloat16 instructions and no GPU, for
     feed-forward models where it was measured to pay and to learn as float32 does
     (benchmarks/results/mixed_precision.md, learning.md): image models of the on-policy agents, and vector
-    models with layers of at least 256 units for agents with `auto_bfloat16` (TD3, SAC); float32 elsewhere
+    models with layers of at least 256 units for agents with `auto_bfloat16` (SAC); float32 elsewhere
     (MLPs and LSTMs of the on-policy agents ran slower, and DQN, which acts from Python, too)."""
     if setting != "auto":
         return setting

@@ -24,7 +24,9 @@ class TD3(DDPG):
     """
 
     n_critics = 2
-    auto_bfloat16 = True  # bfloat16 vs float32, same seeds: benchmarks/results/learning.md
+    # float32 under run.mixed_precision=auto: in bfloat16 RL Zoo's LunarLanderContinuous row learned worse on the same
+    # seeds (benchmarks/results/learning.md, "bfloat16 against float32"), though Pendulum and HalfCheetah matched
+    auto_bfloat16 = False
 
     def __init__(self, envs, model=None, buffer=None, *, policy_delay: int = 2, policy_noise_coef: float = 0.2,
                  noise_clip: float = 0.5, **kwargs) -> None:
