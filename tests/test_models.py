@@ -69,6 +69,13 @@ def test_torch_initializer_draws_as_pytorch_defaults():
         if w.size >= 64:  # a uniform's extremes and standard deviation (limit / sqrt(3))
             assert np.abs(w).max() > 0.9 * limit, name
             assert abs(w.std() - limit / np.sqrt(3)) < 0.2 * limit / np.sqrt(3), name
+    # each tensor its own draw (as PyTorch's): no bias repeats its kernel's first row, no recurrent kernel the
+    # input kernel's first values (one seeded Keras initializer called twice repeats its draws)
+    first = lambda name: next(v for k, v in weights.items() if k.endswith(name)).ravel()  # noqa: E731
+    for a, b in (("dense/bias", "dense/kernel"), ("policy/bias", "policy/kernel"),
+                 ("lstm_cell/recurrent_kernel", "lstm_cell/kernel")):
+        n = min(first(a).size, first(b).size)
+        assert not np.isclose(first(a)[:n], first(b)[:n]).any(), (a, b)
     bias = next(v for k, v in weights.items() if k.endswith("lstm_cell/bias"))
     assert bias.shape == (256,) and np.abs(bias).max() <= 2 / 8 and np.abs(bias).max() > 1 / 8  # a sum of two
     assert abs(bias.std() - np.sqrt(2) * (1 / 8) / np.sqrt(3)) < 0.2 * np.sqrt(2) * (1 / 8) / np.sqrt(3)

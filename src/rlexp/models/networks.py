@@ -102,9 +102,10 @@ class Builder:
         if kind == "flatten":
             return self.per_step(keras.layers.Flatten(name=name))
         name_of_init = spec.get("initializer", self.defaults["initializer"])
-        init = initializer(name_of_init, float(spec.get("gain", self.defaults["gain"])), fan_in)
-        if kind == "dense":
-            bias = init if name_of_init == "torch" else "zeros"  # PyTorch draws biases as the weights
+        gain = float(spec.get("gain", self.defaults["gain"]))
+        init = initializer(name_of_init, gain, fan_in)
+        if kind == "dense":  # PyTorch draws biases as the weights, apart (one initializer twice repeats its draws)
+            bias = initializer(name_of_init, gain, fan_in) if name_of_init == "torch" else "zeros"
             return keras.layers.Dense(units or int(spec["units"]), activation=spec.get("activation"),
                                       kernel_initializer=init, bias_initializer=bias, name=name, dtype=dtype)
         if kind == "conv":
@@ -119,13 +120,15 @@ class Builder:
             return self.make(spec, fan_in=x.shape[-1] if spec.get("type", "dense") == "dense" else None)(x)
         units = int(spec["units"])
         name_of_init = spec.get("initializer", self.defaults["initializer"])
-        init = initializer(name_of_init, float(spec.get("gain", self.defaults["gain"])), units)
+        gain = float(spec.get("gain", self.defaults["gain"]))
+        init = initializer(name_of_init, gain, units)
         cell_type = keras.layers.LSTMCell if spec["type"] == "lstm" else keras.layers.GRUCell
         if name_of_init == "torch":  # every weight U(+-1/sqrt(units)); the LSTM's single bias two such draws
             # (PyTorch's b_ih + b_hh) and no forget-gate offset (Keras' unit_forget_bias); the GRU keeps two biases
             lstm = spec["type"] == "lstm"
-            options = dict(recurrent_initializer=init, bias_initializer=SumOfUniforms(1 / np.sqrt(units)) if lstm
-                           else init)
+            options = dict(recurrent_initializer=initializer(name_of_init, gain, units),  # each its own draws
+                           bias_initializer=SumOfUniforms(1 / np.sqrt(units)) if lstm
+                           else initializer(name_of_init, gain, units))
             if lstm:
                 options["unit_forget_bias"] = False
         else:
