@@ -273,7 +273,11 @@ def record(rows: list[dict]) -> None:
             "deterministic, and with actions drawn from the policy on Atari (RL Zoo's protocol; the `policy` "
             "column). Rows keep the date and commit they were measured at (and of a later re-evaluation: "
             "`--rescore`); a rerun replaces them. Train seconds "
-            "depend on what else ran at the time: for speed see speed.md.\n\n" + "\n".join(summary) + "\n\n"
+            "depend on what else ran at the time: for speed see speed.md. Rows measured before commit a3c8d8b with "
+            "`model.initializer=torch` (PyTorch's default init: RL Zoo's DQN, DDPG, TD3 and SAC rows, and rows "
+            "that turn ortho_init off) started each layer's bias as a copy of its kernel's first row; since then "
+            "the two are drawn apart, as PyTorch draws them. Those rows are re-measured as their cases are run "
+            "again.\n\n" + "\n".join(summary) + "\n\n"
             + (("\n\n## RL Zoo's rows on pairs without an rlexp preset\n\n" + "\n".join(zoo) + "\n") if zoo else "")
             + (("\n\n## bfloat16 against float32, same seeds\n\n" + "\n".join(parity) + "\n\n") if parity else "\n\n")
             + (("## gSDE in the plain graph loop against the XLA loop (agent.jit_compile), same seeds\n\n"

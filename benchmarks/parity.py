@@ -1,4 +1,5 @@
-"""Learning parity: rlexp against sb3-contrib (TRPO, RecurrentPPO) on the same env, hyperparameters, network,
+"""Learning parity: rlexp against SB3 and sb3-contrib (TRPO, RecurrentPPO, and RL Zoo's rows as RL Zoo builds them:
+DQN, PPO, TD3, ...) on the same env, hyperparameters, network,
 initialisation, observation/reward normalisation and env steps, several seeds a side, both scored by 20 episodes of
 the deterministic policy with the final weights.
 
@@ -151,8 +152,11 @@ DIFFERENCES = {
         "precision: float32 on both sides (rlexp's `auto` for TD3; in bfloat16, asked for with "
         "run.mixed_precision=bfloat16, the same seeds learned worse here: learning.md)",
         "Adam's epsilon (1e-8 on both sides): Keras adds it to the uncorrected sqrt(v), PyTorch to the corrected one",
+        "warm-up: rlexp's first 10,000 actions are uniform in [-1, 1]; SB3 adds its N(0, 0.1) exploration noise to "
+        "its uniform warm-up actions too, clipped",
         "initialisation: the same law (PyTorch's nn.Linear default: weights and biases uniform in +-1/sqrt(fan-in)), "
-        "different draws; the targets start as copies on both sides",
+        "different draws; the targets start as copies on both sides. rlexp's rows here ran before commit a3c8d8b, "
+        "where each layer's bias was a copy of its kernel's first row (one seeded Keras initializer drawn twice)",
         "random streams: exploration, smoothing noise and batch draws come from different generators",
     ],
     "ppo-lstm": [

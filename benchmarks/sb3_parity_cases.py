@@ -1,19 +1,21 @@
-"""Peer side of benchmarks/parity.py: sb3-contrib's TRPO and RecurrentPPO with RL Zoo's values, scored as rlexp
+"""Peer side of benchmarks/parity.py: sb3-contrib's TRPO and RecurrentPPO with RL Zoo's values, and SB3 models built
+from RL Zoo's rows (benchmarks/sb3_zoo_row.py), scored as rlexp
 scores its runs: 20 episodes of the deterministic policy with the final weights, on a fresh env whose observation
 normalisation uses the training statistics, frozen (rewards unnormalised: the env's own returns).
 
 Usage (in a virtualenv with stable-baselines3, sb3-contrib and gymnasium[mujoco]):
     python sb3_parity_cases.py CASE SEED [STEPS] [--checkpoint-dir DIR]
 -> one JSON line {case, seed, seconds, steps, steps_per_s, eval_mean, eval_std, evals}
-With --checkpoint-dir a run saves its model, normalisation statistics and progress there after a rollout every
-CHECKPOINT_STEPS env steps, and a run started again with the same directory continues from the newest save (its
-envs start new episodes there; the seconds add up over the pieces).
+With --checkpoint-dir a run saves its model, normalisation statistics, replay buffer (off-policy) and progress there
+after a rollout every CHECKPOINT_STEPS env steps, and a run started again with the same directory continues from the
+newest save (its envs start new episodes there; the seconds add up over the pieces).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import shutil
 import sys
 import time
 from pathlib import Path
@@ -88,8 +90,9 @@ def eval_env(model: BaseAlgorithm, seed: int) -> VecEnv:
 
 
 class Checkpoints(BaseCallback):
-    """After a rollout, every CHECKPOINT_STEPS env steps: the model, VecNormalize's statistics, an off-policy model's
-    replay buffer and the seconds trained so far, written to temporary names and renamed (a kill mid-save keeps the previous save)."""
+    """After a rollout, every CHECKPOINT_STEPS env steps: the model, VecNormalize's statistics and an off-policy
+    model's replay buffer in a folder of their own (save-<steps>), then progress.json naming it and the seconds
+    trained so far, replaced in one rename: a kill at any point leaves the previous save whole."""
 
     def __init__(self, directory: Path, seconds_before: float) -> None:
         super().__init__()
@@ -107,32 +110,35 @@ class Checkpoints(BaseCallback):
         if self.num_timesteps < self.next_save:
             return
         self.next_save = self.num_timesteps + CHECKPOINT_STEPS
-        self.directory.mkdir(parents=True, exist_ok=True)
-        self.model.save(self.directory / "model.tmp.zip")
+        save = self.directory / f"save-{self.num_timesteps}"
+        shutil.rmtree(save, ignore_errors=True)
+        save.mkdir(parents=True)
+        self.model.save(save / "model.zip")
         env = self.model.get_env()
         if isinstance(env, VecNormalize):
-            env.save(str(self.directory / "vecnormalize.tmp.pkl"))
-            os.replace(self.directory / "vecnormalize.tmp.pkl", self.directory / "vecnormalize.pkl")
+            env.save(str(save / "vecnormalize.pkl"))
         if isinstance(self.model, OffPolicyAlgorithm):
-            self.model.save_replay_buffer(self.directory / "buffer.tmp.pkl")
-            os.replace(self.directory / "buffer.tmp.pkl", self.directory / "buffer.pkl")
-        os.replace(self.directory / "model.tmp.zip", self.directory / "model.zip")
+            self.model.save_replay_buffer(save / "buffer.pkl")
         seconds = self.seconds_before + time.perf_counter() - self.started
-        progress = dict(steps=int(self.num_timesteps), seconds=seconds)
+        progress = dict(steps=int(self.num_timesteps), seconds=seconds, save=save.name)
         (self.directory / "progress.tmp.json").write_text(json.dumps(progress))
         os.replace(self.directory / "progress.tmp.json", self.directory / "progress.json")
+        for old in self.directory.glob("save-*"):  # the saves before this one
+            if old != save:
+                shutil.rmtree(old, ignore_errors=True)
 
 
 def resume(model: BaseAlgorithm, directory: Path) -> tuple[BaseAlgorithm, float]:
-    """The model continued from `directory`'s newest save (with its env's statistics), and its seconds so far (those
-    of the save before it, where a kill fell between the two writes)."""
+    """The model continued from `directory`'s newest save (with its env's statistics and replay buffer), and its
+    seconds so far."""
     progress = json.loads((directory / "progress.json").read_text())
+    save = directory / progress["save"] if "save" in progress else directory  # (saves before save-<steps> folders)
     env = model.get_env()
     if isinstance(env, VecNormalize):
-        env = VecNormalize.load(str(directory / "vecnormalize.pkl"), env.venv)
-    loaded = type(model).load(directory / "model.zip", env=env, device="cpu")  # its num_timesteps from the zip
+        env = VecNormalize.load(str(save / "vecnormalize.pkl"), env.venv)
+    loaded = type(model).load(save / "model.zip", env=env, device="cpu")  # its num_timesteps from the zip
     if isinstance(loaded, OffPolicyAlgorithm):
-        loaded.load_replay_buffer(directory / "buffer.pkl")
+        loaded.load_replay_buffer(save / "buffer.pkl")
     return loaded, progress["seconds"]
 
 

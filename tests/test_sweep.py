@@ -738,6 +738,26 @@ def test_a_workers_final_report_names_the_trials_still_running_elsewhere(tmp_pat
                     "on another worker, which reports the study's best when it ends)")
 
 
+def test_the_reports_pareto_front_is_optunas_of_the_same_trials(tmp_path):
+    """Score up, seconds down: the report's front of a snapshot is the one Optuna's best_trials gives."""
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    sweep = OptunaSweep(SETTINGS, config, launcher=None)
+    sweep.directions = ["maximize", "minimize"]
+    study = optuna.create_study(directions=sweep.directions)
+    space = {"agent.lr": FloatDistribution(1e-4, 1e-2)}
+    values = [(10, 5), (12, 7), (9, 4), (12, 6), (8, 8), (10, 5), (13, 9)]  # (12, 7) lies behind (12, 6), (8, 8) behind (10, 5)
+    for i, v in enumerate(values):
+        study.add_trial(optuna.trial.create_trial(values=list(v), params={"agent.lr": 1e-4 * (i + 1)},
+                                                  distributions=space))
+    front = sorted(t.number for t in sweep.pareto_front(study.get_trials()))
+    assert front == sorted(t.number for t in study.best_trials) == [0, 2, 3, 5, 6]
+
+
 def test_the_final_report_reads_one_snapshot_while_another_worker_finishes_a_trial(tmp_path, caplog):
     """The other worker completes trial 1 (objective 50) while this one writes its report. The report reads the
     study once: trial 1 as it was then (running) is named as still running beside the best then (trial 0, 10),
@@ -768,6 +788,7 @@ def test_the_final_report_reads_one_snapshot_while_another_worker_finishes_a_tri
     study.get_trials = get_trials
     with caplog.at_level(logging.INFO, logger="rlexp"):
         sweep.report(study)
+    assert len(reads) >= 2 and study.trials[1].state == TrialState.COMPLETE  # the race happened
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("best: ")]
     assert line == ("best: trial 0, objective 10 (1 complete, 0 pruned, 0 failed; so far: trial(s) 1 still running "
                     "on another worker, which reports the study's best when it ends)")

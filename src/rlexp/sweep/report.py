@@ -51,6 +51,17 @@ class Report:
         complete = [t for t in trials if t.state == TrialState.COMPLETE]
         return sorted(complete, key=lambda t: t.values[0], reverse=self.directions[0] == "maximize")
 
+    def pareto_front(self, complete: list[optuna.trial.FrozenTrial]) -> list[optuna.trial.FrozenTrial]:
+        """The trials of `complete` (a snapshot's) that no other of them dominates (Optuna's best_trials reads
+        the study again, which another worker may have changed since)."""
+        signs = [1.0 if d == "maximize" else -1.0 for d in self.directions]
+
+        def dominates(a: optuna.trial.FrozenTrial, b: optuna.trial.FrozenTrial) -> bool:
+            pairs = [(s * x, s * y) for s, x, y in zip(signs, a.values, b.values)]
+            return all(x >= y for x, y in pairs) and any(x > y for x, y in pairs)
+
+        return [t for t in complete if not any(dominates(other, t) for other in complete)]
+
     def confirmation_table(self, study: optuna.Study, trials: list[optuna.trial.FrozenTrial] | None = None
                            ) -> list[dict[str, Any]]:
         """The confirmed configurations ranked by their seeds' aggregate (hydra.sweeper.aggregate: mean or iqm,
@@ -92,7 +103,8 @@ class Report:
                                    "env_steps": sum(t.user_attrs.get(STEPS_ATTR, 0) for t in trials)}
         best, confirmed = None, []
         if complete and self.multi:
-            front = sorted(study.best_trials, key=lambda t: t.values[0], reverse=self.directions[0] == "maximize")
+            front = sorted(self.pareto_front(complete), key=lambda t: t.values[0],
+                           reverse=self.directions[0] == "maximize")
             best = front[0]
             results["pareto_front"] = [{"trial": t.number, self.objective: t.values[0], "train_seconds": t.values[1],
                                         "params": params_of(t)} for t in front]
