@@ -713,11 +713,8 @@ def test_an_interrupted_baseline_is_trained_again(tmp_path):
     assert sweep.next_first([interrupted, done]) == (False, enqueued)
 
 
-def test_a_workers_final_report_names_the_trials_still_running_elsewhere(tmp_path, caplog):
-    """Two workers fill one study: the first to finish reports the best of the finished trials and names the
-    trials the other is still training, whose results its report cannot hold."""
-    import logging
-
+def worker_with_one_trial_done(tmp_path):
+    """A worker's sweep (PPO CartPole over agent.lr) and its SQLite study holding trial 0, complete at 10."""
     from omegaconf import OmegaConf
 
     from rlexp.sweep import OptunaSweep
@@ -726,11 +723,20 @@ def test_a_workers_final_report_names_the_trials_still_running_elsewhere(tmp_pat
                                                    "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
     sweep = OptunaSweep(SETTINGS, config, launcher=None)
     sweep.distributions = {"agent.lr": FloatDistribution(1e-4, 1e-2)}
-    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/optuna.db", direction="maximize")
+    sweep.storage_url, sweep.is_grid = f"sqlite:///{tmp_path}/optuna.db", False
+    study = optuna.create_study(study_name="s", storage=sweep.storage_url, direction="maximize")
     study.add_trial(optuna.trial.create_trial(value=10.0, params={"agent.lr": 1e-3},
                                               distributions=sweep.distributions))
+    return sweep, study
+
+
+def test_a_workers_final_report_names_the_trials_still_running_elsewhere(tmp_path, caplog):
+    """Two workers fill one study: the first to finish reports the best of the finished trials and names the
+    trials the other is still training, whose results its report cannot hold."""
+    import logging
+
+    sweep, study = worker_with_one_trial_done(tmp_path)
     study.ask(), study.ask()  # trials 1 and 2: another worker's, running
-    sweep.storage_url, sweep.is_grid = f"sqlite:///{tmp_path}/optuna.db", False
     with caplog.at_level(logging.INFO, logger="rlexp"):
         sweep.report(study)
     (line,) = [r.getMessage() for r in caplog.records if r.getMessage().startswith("best: ")]
@@ -750,7 +756,8 @@ def test_the_reports_pareto_front_is_optunas_of_the_same_trials(tmp_path):
     sweep.directions = ["maximize", "minimize"]
     study = optuna.create_study(directions=sweep.directions)
     space = {"agent.lr": FloatDistribution(1e-4, 1e-2)}
-    values = [(10, 5), (12, 7), (9, 4), (12, 6), (8, 8), (10, 5), (13, 9)]  # (12, 7) lies behind (12, 6), (8, 8) behind (10, 5)
+    # (12, 7) lies behind (12, 6) and (8, 8) behind (10, 5); the two (10, 5) tie: both on the front
+    values = [(10, 5), (12, 7), (9, 4), (12, 6), (8, 8), (10, 5), (13, 9)]
     for i, v in enumerate(values):
         study.add_trial(optuna.trial.create_trial(values=list(v), params={"agent.lr": 1e-4 * (i + 1)},
                                                   distributions=space))
@@ -764,19 +771,8 @@ def test_the_final_report_reads_one_snapshot_while_another_worker_finishes_a_tri
     never left out as if nothing else were running."""
     import logging
 
-    from omegaconf import OmegaConf
-
-    from rlexp.sweep import OptunaSweep
-
-    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
-                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
-    sweep = OptunaSweep(SETTINGS, config, launcher=None)
-    sweep.distributions = {"agent.lr": FloatDistribution(1e-4, 1e-2)}
-    study = optuna.create_study(study_name="s", storage=f"sqlite:///{tmp_path}/optuna.db", direction="maximize")
-    study.add_trial(optuna.trial.create_trial(value=10.0, params={"agent.lr": 1e-3},
-                                              distributions=sweep.distributions))
+    sweep, study = worker_with_one_trial_done(tmp_path)
     elsewhere = study.ask()  # trial 1, on the other worker
-    sweep.storage_url, sweep.is_grid = f"sqlite:///{tmp_path}/optuna.db", False
     real_get_trials, reads = study.get_trials, []
 
     def get_trials(*args, **kwargs):  # the other worker's trial ends right after the report's first read
