@@ -77,6 +77,8 @@ CASES = {
     "dqn-cartpole-zoo": Case(["agent=dqn", "env=cartpole"], "dqn-cartpole-zoo", 50_000,
                              "RL Zoo's dqn.yml CartPole-v1 row, as dqn-mountaincar-zoo (env=cartpole: the row under "
                              "tuned/dqn_cartpole.yaml, which sets only the stop rule, off here)"),
+    "dqn-acrobot-zoo": Case(["agent=dqn", "env=generic", "env.id=Acrobot-v1"], "dqn-acrobot-zoo", 100_000,
+                            "RL Zoo's dqn.yml Acrobot-v1 row, as dqn-mountaincar-zoo"),
     "ppo-hopper-zoo": Case(["agent=ppo", "env=hopper"], "ppo-hopper-zoo", 1_000_448,
                            "RL Zoo's ppo.yml Hopper-v4 row on gymnasium's Hopper-v5, as dqn-mountaincar-zoo (1,000,448 "
                            "env steps: the whole rollouts of 512 that pass its 1,000,000)"),

@@ -51,6 +51,7 @@ RECURRENT_CASES = ("ppo-lstm-cartpole-novel", "ppo-lstm-pendulum-novel")
 # RL Zoo's rows as RL Zoo builds them (sb3_zoo_row.py, from rlexp's shipped copy of its files): name: (file, row, env)
 ZOO_CASES = {"dqn-mountaincar-zoo": ("dqn", "MountainCar-v0", "MountainCar-v0"),
              "dqn-cartpole-zoo": ("dqn", "CartPole-v1", "CartPole-v1"),
+             "dqn-acrobot-zoo": ("dqn", "Acrobot-v1", "Acrobot-v1"),
              "ppo-hopper-zoo": ("ppo", "Hopper-v4", "Hopper-v5"),
              "ppo-halfcheetah-zoo": ("ppo", "HalfCheetah-v4", "HalfCheetah-v5"),
              "trpo-mountaincar-zoo": ("trpo", "MountainCar-v0", "MountainCar-v0"),
