@@ -157,8 +157,9 @@ DIFFERENCES = {
         "warm-up: rlexp's first 10,000 actions are uniform in [-1, 1]; SB3 adds its N(0, 0.1) exploration noise to "
         "its uniform warm-up actions too, clipped",
         "initialisation: the same law (PyTorch's nn.Linear default: weights and biases uniform in +-1/sqrt(fan-in)), "
-        "different draws; the targets start as copies on both sides. rlexp's rows here ran before commit a3c8d8b, "
-        "where each layer's bias was a copy of its kernel's first row (one seeded Keras initializer drawn twice)",
+        "different draws; the targets start as copies on both sides. rlexp's rows here ran after commit a3c8d8b; "
+        "before it each layer's bias was a copy of its kernel's first row (one seeded Keras initializer drawn "
+        "twice), and the same 3 seeds scored 242.7 / 214.4 / 242.6",
         "random streams: exploration, smoothing noise and batch draws come from different generators",
     ],
     "ppo-lstm": [
