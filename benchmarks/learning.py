@@ -277,7 +277,8 @@ def record(rows: list[dict]) -> None:
             "`model.initializer=torch` (PyTorch's default init: RL Zoo's DQN, DDPG, TD3 and SAC rows, and rows "
             "that turn ortho_init off) started each layer's bias as a copy of its kernel's first row; since then "
             "the two are drawn apart, as PyTorch draws them. Those rows are re-measured as their cases are run "
-            "again; the date and commit columns tell them apart (a3c8d8b: 2026-11-28 20:03 UTC).\n\n" + "\n".join(summary) + "\n\n"
+            "again; the date and commit columns tell them apart (a3c8d8b: 2026-11-28 20:03 UTC).\n\n"
+            + "\n".join(summary) + "\n\n"
             + (("\n\n## RL Zoo's rows on pairs without an rlexp preset\n\n" + "\n".join(zoo) + "\n") if zoo else "")
             + (("\n\n## bfloat16 against float32, same seeds\n\n" + "\n".join(parity) + "\n\n") if parity else "\n\n")
             + (("## gSDE in the plain graph loop against the XLA loop (agent.jit_compile), same seeds\n\n"
