@@ -196,7 +196,8 @@ def main() -> None:
     started, rows = now(), load_rows()
     for name in args.pairs or PAIRS:
         recorded = [r for r in rows if r["pair"] == name and r["seeds"] == args.seeds]
-        reused = recorded[-1] if args.reuse_fallback and recorded else None
+        # the newest such row: rows are kept in budget order, and an older budget's row can be of other code
+        reused = max(recorded, key=lambda r: r["date"]) if args.reuse_fallback and recorded else None
         fallback = reused["fallback"] if reused else fallback_evals(PAIRS[name][0], args.seeds, WORK / name)
         for index, multiple in enumerate(sorted(args.budgets)):
             row = measure(name, args.seeds, multiple, fallback)
