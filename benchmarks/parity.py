@@ -81,7 +81,9 @@ CASES = {
                             "RL Zoo's dqn.yml Acrobot-v1 row, as dqn-mountaincar-zoo"),
     "ppo-hopper-zoo": Case(["agent=ppo", "env=hopper"], "ppo-hopper-zoo", 1_000_448,
                            "RL Zoo's ppo.yml Hopper-v4 row on gymnasium's Hopper-v5, as dqn-mountaincar-zoo (1,000,448 "
-                           "env steps: the whole rollouts of 512 that pass its 1,000,000)"),
+                           "env steps: the whole rollouts of 512 that pass its 1,000,000); a mean near 1,000 is a hopper "
+                           "standing for the whole 1,000-step episode (Hopper-v5's healthy reward, no forward progress), "
+                           "where SB3's seeds all end: RL Zoo's 2,410.4 is of Hopper-v3"),
     "ppo-halfcheetah-zoo": Case(["agent=ppo", "env=halfcheetah"], "ppo-halfcheetah-zoo", 1_000_448,
                                 "RL Zoo's ppo.yml HalfCheetah-v4 row on gymnasium's HalfCheetah-v5, as "
                                 "dqn-mountaincar-zoo (1,000,448 env steps: the whole rollouts of 512 that pass its "
