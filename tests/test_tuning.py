@@ -32,32 +32,30 @@ def rlexp(cwd, *args, timeout=600):
 
 # ----- pruning only stops unfinished trials ------------------------------------------------------------------
 @pytest.mark.hydra14
-@pytest.mark.parametrize("pruner,max_steps,interval,warmup,prefilled_at", [
-    ("halving", 2048, 2048, 2048, [2048]),        # one rung (autotune.rungs=1): its only evaluation is the last
-    ("halving", 4608, 512, 512, [4608]),          # three rungs L, 3L, 9L: the top one is the trial's end
-    ("median", 2048, 1024, 0, [2048]),            # the median pruner at the last evaluation
-    ("median", 2500, 1000, 0, [2560]),            # eval_interval not dividing max_steps: the end is 2,560
+@pytest.mark.parametrize("pruner,warmup,ahead_at", [
+    ("median", 850, {m: 1e9 for m in range(100, 1001, 100)}),  # every mark judged from 900 on: 900 is the last
+    ("halving", 300, {900: 1e9}),                                # rungs at the 300 and 900 marks; ahead at 900
 ])
-def test_a_trial_that_trains_its_full_length_is_complete(tmp_path, pruner, max_steps, interval, warmup, prefilled_at):
-    """A study holds a finished trial far ahead at the trial's last evaluation only; the trial the sweep runs is
-    behind it there, so a pruner asked at that evaluation would prune it. It trained its full length: COMPLETE."""
+def test_a_trial_that_trains_its_full_length_is_complete(tmp_path, pruner, warmup, ahead_at):
+    """No run.eval_interval (the default): a trial reports its training mean at 10 marks of 100 steps. Rollouts of
+    4 envs x 32 steps end at 896 and 1,024: the 900 mark is reported at the end of an episode inside the last
+    rollout, after the trial trained 1,024 steps. The study holds a finished trial far ahead at that mark, so a
+    pruner asked there would stop the trial; it trained its full length, so it is COMPLETE, with 1,024 steps."""
     folder = tmp_path / "multirun" / "full"
     folder.mkdir(parents=True)
-    study = optuna.create_study(study_name="full", storage=f"sqlite:///{folder}/optuna.db", direction="maximize")
-    ahead = optuna.trial.create_trial(value=1e9, intermediate_values={step: 1e9 for step in prefilled_at},
-                                      user_attrs={f"rung_{step}": 1e9 for step in prefilled_at},
-                                      system_attrs={"completed_rung_0": 1e9, "completed_rung_1": 1e9,
-                                                    "completed_rung_2": 1e9})
-    study.add_trial(ahead)
-    result = rlexp(tmp_path, "-m", *TINY, f"run.max_steps={max_steps}", f"run.eval_interval={interval}",
-                   "agent.lr=choice(1e-3)", "hydra.sweeper.study_name=full", f"hydra.sweeper.pruner={pruner}",
+    url = f"sqlite:///{folder}/optuna.db"
+    study = optuna.create_study(study_name="full", storage=url, direction="maximize")
+    study.add_trial(optuna.trial.create_trial(value=1e9, intermediate_values=ahead_at,
+                                              user_attrs={f"rung_{m}": v for m, v in ahead_at.items()}))
+    result = rlexp(tmp_path, "-m", *TINY, "run.max_steps=1000", "run.target_reward=null", "agent.lr=choice(1e-3)",
+                   "hydra.sweeper.study_name=full", f"hydra.sweeper.pruner={pruner}", "hydra.sweeper.reports=10",
                    f"hydra.sweeper.warmup_steps={warmup}", "hydra.sweeper.warmup_trials=1",
                    "hydra.sweeper.n_trials=2")
     assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
-    ran = [t for t in optuna.load_study(study_name="full", storage=f"sqlite:///{folder}/optuna.db").trials
-           if t.number > 0]
+    ran = [t for t in optuna.load_study(study_name="full", storage=url).trials if t.number > 0]
     assert [t.state for t in ran] == [TrialState.COMPLETE], [(t.state, t.user_attrs.get("error")) for t in ran]
-    assert all(max(t.intermediate_values) >= max_steps for t in ran)  # the final evaluation is recorded
+    assert 900 in ran[0].intermediate_values  # the mark was reported, and recorded without a judgement
+    assert ran[0].user_attrs["env_steps"] == 1024  # what it trained, not the step an episode ended at
 
 
 def test_halving_rungs_fall_after_learning_starts_and_before_the_end():
@@ -333,9 +331,10 @@ def test_an_env_family_is_the_id_without_namespace_version_and_continuous(env_id
 
 def test_a_report_past_max_steps_is_never_judged(tmp_path):
     """Without run.eval_interval a trial reports its training mean at evenly spaced marks; an on-policy trial
-    collects its last rollout whole, past max_steps. Rollouts of 128 steps, max_steps 1000, 10 reports: step 1,024
-    reports at the 900 mark, after the trial trained its full length, so it is recorded, not judged. A trial behind
-    a finished one at a mark it reaches before max_steps is still pruned."""
+    collects its last rollout whole, past max_steps. Rollouts of 128 steps, max_steps 1000, 10 reports: an episode
+    of the last rollout (896 to 1,024) ends at 905 and reports the 900 mark after the trial trained its full
+    length, so it is recorded, not judged. A trial behind a finished one at a mark it reaches before max_steps is
+    still pruned, and its error carries the steps it trained."""
     from rlexp.sweep.pruning import PruningReporter
 
     url = f"sqlite:///{tmp_path}/optuna.db"
@@ -350,14 +349,20 @@ def test_a_report_past_max_steps_is_never_judged(tmp_path):
 
     whole, whole_id = reporter()
     for step in range(128, 1024, 128):  # marks 100..800: before the pruner's warm-up ends at 850
+        whole.trained(step)
         whole.scalars(step, {"episode/mean_return": 0.0})
-    whole.scalars(1024, {"episode/mean_return": 0.0})  # the 900 mark, after 1,024 steps: not judged
+    whole.trained(1024)  # the last rollout, 896 to 1,024: its episodes end at 905 and 990, before max_steps
+    whole.scalars(905, {"episode/mean_return": 0.0})  # the 900 mark, after 1,024 steps: not judged
+    whole.scalars(990, {"episode/mean_return": 0.0})
     assert 900 in study._storage.get_trial(whole_id).intermediate_values
     behind, _ = reporter()
     for step in range(100, 900, 100):
+        behind.trained(step)
         behind.scalars(step, {"episode/mean_return": 0.0})
-    with pytest.raises(optuna.TrialPruned, match="pruned at step 900"):
-        behind.scalars(900, {"episode/mean_return": 0.0})
+    behind.trained(960)  # a rollout ending at 960: it has not trained its full length
+    with pytest.raises(optuna.TrialPruned, match="pruned at step 900") as pruned:
+        behind.scalars(905, {"episode/mean_return": 0.0})
+    assert pruned.value.steps == 960  # the steps it trained count against the study's budget
 
 
 def test_the_baseline_is_scored_at_the_rungs_but_never_pruned(tmp_path):

@@ -17,6 +17,10 @@ class Tracker:
     def scalars(self, step: int, values: Mapping[str, float]) -> None:
         pass
 
+    def trained(self, steps: int) -> None:
+        """The agent has trained `steps` env steps: the scalars that follow (the episodes that ended in the
+        iteration just run) are stamped with their episode's end step, which can lie before it."""
+
     def video(self, path: str | Path) -> None:
         pass
 
@@ -39,6 +43,10 @@ class Trackers(Tracker):
     def scalars(self, step, values):
         for t in self.trackers:
             t.scalars(step, values)
+
+    def trained(self, steps):
+        for t in self.trackers:
+            t.trained(steps)
 
     def video(self, path):
         for t in self.trackers:

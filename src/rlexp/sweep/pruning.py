@@ -140,6 +140,10 @@ class PruningReporter(Tracker):
             self.trial.set_user_attr("pid", os.getpid())
         self.next_report = self.interval
         self.measured: tuple[int, float] | None = None  # the newest (step, score) before this one
+        self.trained_steps = 0  # what the agent has trained: a training episode's end step can lie before it
+
+    def trained(self, steps: int) -> None:
+        self.trained_steps = max(self.trained_steps, int(steps))
 
     def end_of_training(self) -> None:
         """Training is over: what comes now (the final evaluation) is recorded, not judged."""
@@ -164,7 +168,7 @@ class PruningReporter(Tracker):
             else:
                 (before, then), now = previous, float(score)
                 value = then + (now - then) * (mark - before) / (step - before)
-            self.report(mark, value, trained=step)
+            self.report(mark, value, trained=max(step, self.trained_steps))
 
     def report(self, mark: int, value: float, trained: int) -> None:
         """The trial's score at grid step `mark`, after it trained `trained` steps: recorded, and judged by the

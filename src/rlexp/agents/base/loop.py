@@ -237,7 +237,11 @@ class FitLoop:
 
     def _track(self, tracker: Any, metrics: Mapping[str, float], first_row: int, start_steps: int,
                seconds: float) -> None:
-        """Send the new episodes and this iteration's metrics to the tracker."""
+        """Send the new episodes and this iteration's metrics to the tracker: first the steps trained so far (the
+        episodes carry their own end steps, which lie before them when the iteration ran past an episode's end)."""
+        trained = getattr(tracker, "trained", None)  # a tracker of the user's own may not have it
+        if trained is not None:
+            trained(self.steps)
         rows = self.history.rows
         for i in range(first_row, len(self.history)):
             tracker.scalars(rows["step"][i], {"episode/return": rows["episode_reward"][i],
