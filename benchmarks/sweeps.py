@@ -30,7 +30,7 @@ import optuna
 import pandas as pd
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from current import RESULTS, now, write_table  # noqa: E402
+from current import RESULTS, commit, machine, now, write_table  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 WORK = ROOT / "benchmarks" / "runs" / "sweeps"
@@ -156,11 +156,30 @@ def workers(trials: int = 10) -> list[dict]:
     return rows
 
 
+SECTIONS = ("fixed_cost", "study", "slots", "workers")
+
+
+def previous_stamp() -> dict:
+    """When and where sweeps.md was last written (a section measured before sections kept their own)."""
+    import re
+
+    text = (RESULTS / "sweeps.md").read_text() if (RESULTS / "sweeps.md").exists() else ""
+    written = re.search(r"Written (.+?) at commit (\S+?) by", text)
+    cpu = re.search(r"Machine: (.+?), \d+ GiB", text)
+    return dict(date=written.group(1) if written else "?", commit=written.group(2) if written else "?",
+                machine=cpu.group(1) if cpu else "?")
+
+
+def provenance(measured: dict | None, section: str) -> list[str]:
+    stamp = (measured or {}).get(section)
+    return [f"Measured {stamp['date']} at commit {stamp['commit']}, {stamp['machine']}.", ""] if stamp else []
+
+
 def markdown(fixed: list[dict], study: dict | None, slot_rows: list[dict] | None = None,
-             worker_rows: list[dict] | None = None) -> str:
+             worker_rows: list[dict] | None = None, measured: dict | None = None) -> str:
     lines = []
     if slot_rows:
-        lines += ["## Job slots: pruned trials free their slot at once", "",
+        lines += ["## Job slots: pruned trials free their slot at once", "", *provenance(measured, "slots"),
                   f"`python -m rlexp -m {' '.join(SLOTS_STUDY)} hydra.sweeper.n_trials=20`: 20k steps a trial, "
                   "evaluations every 2,000, the median pruner after 3 complete trials and 4,000 steps; `before` is "
                   "rlexp at commit 5f1e77b in its own virtualenv (trials in batches of n_jobs, the sweeper waiting "
@@ -182,7 +201,7 @@ def markdown(fixed: list[dict], study: dict | None, slot_rows: list[dict] | None
                           "draws as trials are asked, and pruning depends on which trials finished first)."]
         lines.append("")
     if worker_rows:
-        lines += ["## Two workers, one study", "",
+        lines += ["## Two workers, one study", "", *provenance(measured, "workers"),
                   "The same command started twice at once (`hydra.sweeper.n_trials=10 hydra.sweeper.n_jobs=1`, "
                   "PPO CartPole trials of 2,048 steps) against one storage:", "",
                   "| storage | n_trials | trials in the study | trial numbers | trials per worker | states |",
@@ -192,7 +211,7 @@ def markdown(fixed: list[dict], study: dict | None, slot_rows: list[dict] | None
                          f"{' + '.join(map(str, r['per_worker']))} | {r['states']} |")
         lines.append("")
     if fixed:
-        lines += ["## A trial's fixed cost", "",
+        lines += ["## A trial's fixed cost", "", *provenance(measured, "fixed_cost"),
                   "4 trials of 1,000 PPO CartPole steps (`run.max_steps=1000`, 20 final evaluation episodes), one at "
                   "a time (`hydra.sweeper.n_jobs=1`); seconds per trial as the sweeper measured them (launch to "
                   "result), medians over the repetitions. The first trial of rlexp's launcher includes starting "
@@ -206,7 +225,7 @@ def markdown(fixed: list[dict], study: dict | None, slot_rows: list[dict] | None
             lines.append(f"| {label} | {first:.1f} | {later:.1f} | {wall:.1f} |")
         lines.append("")
     if study:
-        lines += ["## 20 trials x 3 seeds, then a confirmation round", "",
+        lines += ["## 20 trials x 3 seeds, then a confirmation round", "", *provenance(measured, "study"),
                   "`python -m rlexp -m +sweep=ppo agent=ppo env=cartpole hydra.sweeper.n_trials=20 "
                   "hydra.sweeper.seeds_per_trial=3 hydra.sweeper.confirm={top_k:5,seeds:5}`: 50k steps a trial, "
                   "objective the mean over the 3 seeds of the final evaluation (20 episodes), median pruner; "
@@ -236,16 +255,21 @@ def main() -> None:
     started = now()
     saved = RESULTS / "sweeps.json"
     old = json.loads(saved.read_text()) if saved.exists() else {}
+    measured = {section: old.get("measured", {}).get(section) or previous_stamp() for section in SECTIONS}
+    stamp = dict(date=started, commit=commit(), machine=machine().split(",")[0])
     fixed = old.get("fixed_cost", []) if args.skip_fixed_cost else fixed_cost(args.reps)
     slot_rows = old.get("slots", []) if args.skip_slots else slots(args.before_python, args.reps, args.trials)
     worker_rows = old.get("workers", []) if args.skip_workers else workers()
     study = old.get("study") if args.skip_study else confirmed_study(args.trials)
+    for section, skipped in zip(SECTIONS, (args.skip_fixed_cost, args.skip_study, args.skip_slots, args.skip_workers)):
+        if not skipped:
+            measured[section] = stamp
     if study:
         print(json.dumps({k: v for k, v in study.items() if k != "seed_values"}), flush=True)
     RESULTS.mkdir(exist_ok=True)
-    saved.write_text(json.dumps({"fixed_cost": fixed, "study": study, "slots": slot_rows, "workers": worker_rows},
-                                indent=1))
-    body = markdown(fixed, study, slot_rows, worker_rows)
+    saved.write_text(json.dumps({"fixed_cost": fixed, "study": study, "slots": slot_rows, "workers": worker_rows,
+                                 "measured": measured}, indent=1))
+    body = markdown(fixed, study, slot_rows, worker_rows, measured)
     print(body)
     print(write_table("sweeps", "Sweeps: job slots, workers, trial fixed cost, seeds per trial and confirmation", body,
                       started))

@@ -795,7 +795,8 @@ def test_the_final_report_reads_one_snapshot_while_another_worker_finishes_a_tri
 def test_a_sweep_runs_its_trials_as_slurm_jobs_and_a_request_no_node_holds_is_one_line(tmp_path):
     """hydra/launcher=rlexp_slurm on a real (one-node) cluster: each trial a Slurm job, results back through
     submitit; a request bigger than any node of the partition (the launcher's default 4 CPUs on 2) would pend for
-    ever: refused before any job, naming the key and what the nodes have; accounting off is said once."""
+    ever: refused before any job, naming the key and what the nodes have (CPUs, and memory); accounting off is
+    said once."""
     import subprocess as sp
 
     cpus = int(sp.run(["sinfo", "-h", "-o", "%c"], capture_output=True, text=True).stdout.split()[0].rstrip("+"))
@@ -804,6 +805,13 @@ def test_a_sweep_runs_its_trials_as_slurm_jobs_and_a_request_no_node_holds_is_on
     assert too_many.returncode == 2 and "Traceback" not in too_many.stdout + too_many.stderr
     assert (f"hydra.launcher.cpus_per_task={cpus + 2}: the nodes of partition debug have at most {cpus} CPUs; ask "
             f"for {cpus} or fewer") in too_many.stdout + too_many.stderr
+    assert not list((tmp_path / "multirun").glob("*/trial_*"))
+    memory_mb = int(sp.run(["sinfo", "-h", "-o", "%m"], capture_output=True, text=True).stdout.split()[0].rstrip("+"))
+    too_big = rlexp(tmp_path, "-m", *TINY, "agent.lr=1e-3,2e-3", "hydra/launcher=rlexp_slurm",
+                    "hydra.launcher.cpus_per_task=1", f"hydra.launcher.mem_gb={memory_mb // 1024 + 1}", timeout=120)
+    assert too_big.returncode == 2 and "Traceback" not in too_big.stdout + too_big.stderr
+    assert (f"hydra.launcher.mem_gb={memory_mb // 1024 + 1}: the nodes of partition debug have at most "
+            f"{memory_mb // 1024} GB ({memory_mb} MB); ask for {memory_mb // 1024} or less") in too_big.stdout + too_big.stderr
     assert not list((tmp_path / "multirun").glob("*/trial_*"))
     ran = rlexp(tmp_path, "-m", *TINY, "agent.lr=1e-3,2e-3", "hydra/launcher=rlexp_slurm",
                 "hydra.launcher.cpus_per_task=1", "hydra.launcher.mem_gb=2", "hydra.launcher.timeout_min=10",

@@ -2,15 +2,23 @@
 the real launcher, storages and pruners, of a stand-in agent (tests/standin/standin.py) whose score is a known
 function of its learning rate and steps. A seeded generator draws each case: run length, rollout size,
 evaluations during training or not, pruner and its warm-up, seeds per trial, job slots, storage, a step budget,
-the agent's warm-up, noise, and a Ctrl-C or a kill of the sweep at a random moment, after which the same command
-continues the study. The suite runs 4 cases; RLEXP_HARNESS_CASES=100 runs more. After the study ends:
+the agent's warm-up, noise, scores whose ranking changes as trials train, and a Ctrl-C or a kill of the sweep at a
+random moment, after which the same command continues the study; the stops and storages are paired so that the
+first cases kill a sweep on a journal file, Ctrl-C one on SQLite and, where RLEXP_TEST_POSTGRES names a server,
+kill one on PostgreSQL. The suite runs 6 cases; RLEXP_HARNESS_CASES=100 runs more. After the study ends:
 
 - no trial that trained `run.max_steps` is PRUNED;
 - every score the study holds is the agent's score at the step it is recorded at (trials compared at equal steps);
-- the step budget holds, across kills, as each trial's own ledger of the steps it trained shows;
+- each finished trial records the steps it trained, and the step budget holds across kills, as each trial's own
+  ledger of the steps it trained shows;
 - the baseline (trial 0's values) is never pruned and is trained to its end, interrupted or not;
-- no trial is left RUNNING (a killed sweep's trials are reclaimed), on every storage;
-- the report's best is the study's best COMPLETE trial.
+- no trial is left RUNNING (a killed sweep's trials are reclaimed), on every storage, and without a step budget
+  the study holds n_trials trials besides the interrupted ones (those were run again);
+- the report's best is the study's best COMPLETE trial;
+- the same command with the trials scored another way (objective, aggregate, seeds per trial) is refused in one
+  line and adds nothing to the study.
+Two sweepers started together on one study (test_two_workers_fill_one_study) fill it to n_trials, and each one's
+final report names the best trial of those that had ended and every trial still running.
 """
 from __future__ import annotations
 
@@ -53,6 +61,7 @@ class Case:
     warmup: int
     noise: float
     episode_length: int
+    crossing: float       # the stand-in's early leaders fall behind late in the run (see standin.score)
     stop: str | None      # None, "SIGINT" (Ctrl-C) or "SIGKILL" (the sweep killed)
     stop_after: float     # seconds after the first trial started
 
@@ -63,7 +72,8 @@ class Case:
         args = ["agent=standin", "env=cartpole", f"run.max_steps={self.max_steps}", "run.eval_episodes=2",
                 f"run.eval_interval={self.eval_interval}", "env.n_envs=1", f"agent.rollout={self.rollout}",
                 f"agent.warmup={self.warmup}", f"agent.noise={self.noise}", "agent.delay=0.05",
-                f"agent.episode_length={self.episode_length}",
+                f"agent.episode_length={self.episode_length}", f"agent.crossing={self.crossing}",
+                f"agent.scale={self.max_steps}",
                 f"agent.ledger={ledger}", "agent.lr=tag(log,interval(1e-5,1e-1))",
                 f"hydra.sweeper.n_trials={N_TRIALS}", f"hydra.sweeper.n_jobs={self.n_jobs}",
                 f"hydra.sweeper.seeds_per_trial={self.seeds}", f"hydra.sweeper.pruner={self.pruner}",
@@ -87,29 +97,44 @@ class Case:
         return -(-self.max_steps // self.rollout) * self.rollout - self.max_steps
 
 
+STOPS_ON = [("SIGKILL", "journal"), ("SIGINT", "sqlite"), (None, "postgresql"), ("SIGKILL", "postgresql"),
+            ("SIGKILL", "sqlite"), ("SIGINT", "journal"), (None, "sqlite"), ("SIGINT", "postgresql"),
+            (None, "journal")]  # every stop on every storage, the kills first
+
+
 def draw(number: int) -> Case:
-    """Case `number`: the stop, storage and budget cycle through their options so that every few cases cover each;
-    the rest is drawn from a generator seeded with the number."""
+    """Case `number`: its stop and storage from STOPS_ON in turn (PostgreSQL's where a server is given), a step budget
+    in half the cases, no evaluations during training (the default: reports of the training mean) in every other
+    case, and there rollouts that pass a report step on their way past max_steps and successive halving with its
+    top rung at 9/10 of max_steps, inside the last rollout; the rest drawn from a generator seeded with the number."""
     rng = random.Random(number)
     max_steps = rng.choice([600, 1000, 1500])
     seeds = rng.choice([1, 1, 2])
-    storages = ["sqlite", "journal"] + (["postgresql"] if os.environ.get("RLEXP_TEST_POSTGRES") else [])
-    stop = [None, "SIGINT", "SIGKILL"][number % 3]
+    pairs = [p for p in STOPS_ON if p[1] != "postgresql" or os.environ.get("RLEXP_TEST_POSTGRES")]
+    stop, storage = pairs[number % len(pairs)]
     budget = 3 * max_steps * seeds if number % 4 in (1, 2) else None
-    return Case(max_steps=max_steps, rollout=rng.choice([30, 90, 250, 420]), eval_interval=rng.choice([0, 100, 250]),
-                pruner=rng.choice(["median", "halving"]), warmup_steps=rng.choice([None, 100, 300]), seeds=seeds,
-                n_jobs=rng.choice([1, 2]), storage=storages[number % len(storages)], budget=budget,
-                warmup=rng.choice([0, 0, 200]), noise=rng.choice([0.0, 0.0, 3.0]),
-                episode_length=rng.choice([10, 7, 33]), stop=stop, stop_after=rng.uniform(0.5, 3.0))
+    return Case(max_steps=max_steps, rollout=rng.choice([250, 420] if number % 2 == 0 else [30, 90, 250, 420]),
+                eval_interval=0 if number % 2 == 0 else rng.choice([100, 250]),
+                pruner="halving" if number % 2 == 0 else rng.choice(["median", "halving", "hyperband"]),
+                warmup_steps=max_steps // 10 if number % 2 == 0 else rng.choice([None, 100, 300]), seeds=seeds,
+                n_jobs=rng.choice([1, 2]), storage=storage, budget=budget,
+                warmup=0 if number % 2 == 0 else rng.choice([0, 0, 200]), noise=rng.choice([0.0, 0.0, 3.0]),
+                episode_length=rng.choice([10, 7, 33]), crossing=rng.choice([0.0, 3.0, 6.0]), stop=stop,
+                stop_after=rng.uniform(0.5, 3.0))
 
 
-def sweep(cwd: Path, case: Case, ledger: Path, stop: bool) -> subprocess.CompletedProcess:
+def start(cwd: Path, args: list[str]) -> subprocess.Popen:
+    """The CLI's sweep of the stand-in, in its own session (a Ctrl-C reaches it and its trials)."""
     env = dict(os.environ, RLEXP_STANDIN="1", TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join([str(STANDIN), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    command = [sys.executable, "-m", "rlexp", "--config-dir", str(STANDIN / "conf"), "-m",
-               *case.overrides(cwd, ledger)]
-    process = subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                               text=True, start_new_session=True)
+    command = [sys.executable, "-m", "rlexp", "--config-dir", str(STANDIN / "conf"), "-m", *args]
+    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+
+
+def sweep(cwd: Path, case: Case, ledger: Path, stop: bool, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
+    process = start(cwd, [*case.overrides(cwd, ledger), *extra])
+    command = process.args
     if stop and case.stop:
         started = time.monotonic() + 120
         while time.monotonic() < started and not ledger.exists():  # the first trial is training
@@ -119,8 +144,24 @@ def sweep(cwd: Path, case: Case, ledger: Path, stop: bool) -> subprocess.Complet
             os.killpg(process.pid, signal.SIGINT)  # Ctrl-C reaches the sweep and its trials
         else:
             os.kill(process.pid, signal.SIGKILL)  # the sweep alone: its trials end when they see it gone
-    out, _ = process.communicate(timeout=600)
-    return subprocess.CompletedProcess(command, process.returncode, out, "")
+    out, err = process.communicate(timeout=600)
+    return subprocess.CompletedProcess(command, process.returncode, out + err, err)
+
+
+def study_of(folder: Path, case: Case, ledger: Path) -> list[optuna.trial.FrozenTrial]:
+    from rlexp.sweep.storage import make_storage
+
+    args = case.overrides(folder, ledger)
+    url = next(a.split("=", 1)[1] for a in args if a.startswith("hydra.sweeper.storage="))
+    name = next(a.split("=", 1)[1] for a in args if a.startswith("hydra.sweeper.study_name="))
+    return optuna.load_study(study_name=name, storage=make_storage(url)).get_trials()
+
+
+def rescored(case: Case) -> str:
+    """The case's command with its trials scored another way."""
+    if case.seeds > 1:
+        return "hydra.sweeper.aggregate=iqm"
+    return random.Random(case.max_steps).choice(["hydra.sweeper.objective=auc", "hydra.sweeper.seeds_per_trial=2"])
 
 
 def ledger_steps(ledger: Path) -> dict[str, int]:
@@ -133,7 +174,7 @@ def ledger_steps(ledger: Path) -> dict[str, int]:
     return trained
 
 
-@pytest.mark.parametrize("number", range(int(os.environ.get("RLEXP_HARNESS_CASES", 4))))
+@pytest.mark.parametrize("number", range(int(os.environ.get("RLEXP_HARNESS_CASES", 6))))
 def test_the_sweepers_promises_hold(tmp_path, number):
     case = draw(number)
     ledger = tmp_path / "ledger.txt"
@@ -147,22 +188,25 @@ def test_the_sweepers_promises_hold(tmp_path, number):
         assert again.returncode == 0, f"{case}\n{again.stdout[-3000:]}"
     else:
         assert first.returncode == 0, f"{case}\n{first.stdout[-3000:]}"
-    storage = case.overrides(tmp_path, ledger)
-    url = next(a.split("=", 1)[1] for a in storage if a.startswith("hydra.sweeper.storage="))
-    name = next(a.split("=", 1)[1] for a in storage if a.startswith("hydra.sweeper.study_name="))
-    from rlexp.sweep.storage import make_storage
-
-    trials = optuna.load_study(study_name=name, storage=make_storage(url)).get_trials()
+    trials = study_of(tmp_path, case, ledger)
     trained = ledger_steps(ledger)
     context = f"{case}\n" + "\n".join(o[-2500:] for o in outputs)
 
     # no trial is left RUNNING, and the study holds its trials (or the budget ended it)
     assert all(t.state != TrialState.RUNNING for t in trials), context
+    counted = [t for t in trials if not t.user_attrs.get("interrupted")]
+    if case.budget is None:
+        assert len(counted) == N_TRIALS and all(t.state != TrialState.FAIL for t in counted), context
     # no trial that trained max_steps is PRUNED: a pruned seed stopped before max_steps
     for t in trials:
         if t.state == TrialState.PRUNED:
             seeds = [d for d in trained if f"/trial_{t.number}/" in d + "/" or d.endswith(f"/trial_{t.number}")]
             assert seeds and all(trained[d] < case.max_steps for d in seeds), (t.number, seeds, context)
+    # each finished trial records the steps its seeds trained (a pruned one's too: the study's budget counts them)
+    for t in counted:
+        if t.state in (TrialState.COMPLETE, TrialState.PRUNED):
+            seeds = [d for d in trained if d.endswith(f"/trial_{t.number}") or f"/trial_{t.number}/" in d]
+            assert t.user_attrs.get("env_steps") == sum(trained[d] for d in seeds), (t.number, seeds, context)
     # trials are compared at equal steps: every report before max_steps, and every rung, is on the common grid,
     # and (no noise, one linear piece) each is the agent's own score at that very step
     exact = case.noise == 0 and case.warmup == 0
@@ -173,18 +217,54 @@ def test_the_sweepers_promises_hold(tmp_path, number):
             if step < case.max_steps:
                 assert step % case.grid == 0, (t.number, step, context)
             if exact:
-                assert value == pytest.approx(score(lr, step), rel=1e-9, abs=1e-9), (t.number, step, value, context)
+                assert value == pytest.approx(score(lr, step, scale=case.max_steps, crossing=case.crossing), rel=1e-9, abs=1e-9), (t.number, step, value, context)
     # the budget holds across kills: what every seed trained, beyond the overshoot of whole rollouts
     if case.budget is not None:
         assert sum(trained.values()) <= case.budget + len(trained) * case.overshoot, (trained, context)
     # the baseline is never pruned, and is trained to its end, interrupted or not
     baseline = [t for t in trials if t.params.get("agent.lr") == BASELINE_LR]  # no sampled value is exactly it
     assert baseline and all(t.state != TrialState.PRUNED for t in baseline), context
-    if case.budget is None:
-        assert any(t.state == TrialState.COMPLETE for t in baseline), context
+    assert any(t.state == TrialState.COMPLETE for t in baseline), context  # an interrupted one was run again
     # the report's best is the study's best complete trial
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if complete:
         best = max(complete, key=lambda t: t.value)
         m = re.search(r"best: trial (\d+), objective (\S+)", outputs[-1])
         assert m and int(m.group(1)) == best.number, context
+    # the same study scored another way: refused in one line, nothing added
+    if case.stop is None:
+        other = sweep(tmp_path, case, ledger, stop=False, extra=(rescored(case),))
+        lines = [line for line in other.stderr.splitlines() if line.strip()]
+        assert other.returncode != 0 and len(lines) == 1 and "scored its trials another way" in lines[0], \
+            (other.returncode, other.stdout[-2000:], context)
+        assert len(study_of(tmp_path, case, ledger)) == len(trials), context
+
+
+def report_of(output: str) -> tuple[int, list[int]]:
+    """A sweeper's final report: (the best trial it names, the trials it says are still running elsewhere)."""
+    best = re.search(r"best: trial (\d+)", output)
+    running = re.search(r"trial\(s\) ([\d, ]+) still running on another worker", output)
+    assert best, output[-3000:]
+    return int(best.group(1)), [int(n) for n in running.group(1).split(",")] if running else []
+
+
+@pytest.mark.parametrize("storage", ["journal", "sqlite"] + (["postgresql"] if os.environ.get("RLEXP_TEST_POSTGRES")
+                                                              else []))
+def test_two_workers_fill_one_study(tmp_path, storage):
+    """Two sweepers on one study, started together with one job slot each: the study ends with exactly n_trials
+    trials, and each sweeper's report names the best of the trials not running when it ended, and those running."""
+    case = Case(max_steps=600, rollout=30, eval_interval=100, pruner="median", warmup_steps=None, seeds=1, n_jobs=1,
+                storage=storage, budget=None, warmup=0, noise=0.0, episode_length=10, crossing=1.0, stop=None,
+                stop_after=0.0)
+    ledger = tmp_path / "ledger.txt"
+    workers = [start(tmp_path, case.overrides(tmp_path, ledger)) for _ in range(2)]
+    outputs = [w.communicate(timeout=600) for w in workers]
+    context = "\n".join(out[-2500:] + err[-2500:] for out, err in outputs)
+    assert all(w.returncode == 0 for w in workers), context
+    trials = study_of(tmp_path, case, ledger)
+    assert len(trials) == N_TRIALS and all(t.state in (TrialState.COMPLETE, TrialState.PRUNED) for t in trials), \
+        context
+    for out, err in outputs:
+        best, running = report_of(out + err)
+        ended = [t for t in trials if t.state == TrialState.COMPLETE and t.number not in running]
+        assert best == max(ended, key=lambda t: t.value).number, (best, running, context)

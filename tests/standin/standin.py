@@ -2,9 +2,12 @@
 around an update that learns nothing and costs nothing. Its score is a known function of its learning rate and
 the steps it trained, so a test knows what every report should say.
 
-    score(step) = 100 x quality(lr) x max(0, step - warmup) / scale,   quality(lr) = exp(-(log10(lr) + 3)^2)
+    score(step) = 100 x (quality(lr) x p + crossing x early(lr) x (1 - p)),   p = max(0, step - warmup) / scale
+    quality(lr) = exp(-(log10(lr) + 3)^2),   early(lr) = exp(-(log10(lr) + 1.5)^2)
 
-plus Gaussian noise of std `noise` on every episode and evaluation. A training iteration takes `rollout` env steps
+(linear in the steps; with `crossing` c > 0 the learning rates that lead early, around 0.03, fall behind those
+that lead at the end, around 1e-3, at p = c / (1 + c): a trial can be ahead at one report and behind at the next,
+late in the run with scale = max_steps), plus Gaussian noise of std `noise` on every episode and evaluation. A training iteration takes `rollout` env steps
 at once (an on-policy rollout or a fused call: collected whole, past max_steps), an episode ends every
 `episode_length` steps with the score at its last step as its return, and `delay` seconds pass per iteration.
 With `ledger` (a file path), each iteration appends "<run dir> <steps trained>" to it: the test's own record of
@@ -22,18 +25,24 @@ def quality(lr: float) -> float:
     return math.exp(-(math.log10(lr) + 3) ** 2)
 
 
-def score(lr: float, step: int, warmup: int = 0, scale: int = 1000) -> float:
+def early(lr: float) -> float:
+    return math.exp(-(math.log10(lr) + 1.5) ** 2)
+
+
+def score(lr: float, step: int, warmup: int = 0, scale: int = 1000, crossing: float = 0.0) -> float:
     """The stand-in's noise-free score after `step` env steps."""
-    return 100.0 * quality(lr) * max(0, step - warmup) / scale
+    progress = max(0, step - warmup) / scale
+    return 100.0 * (quality(lr) * progress + crossing * early(lr) * (1.0 - progress))
 
 
 class StandIn(Agent):
     """See the module's docstring."""
 
     def __init__(self, envs, model=None, buffer=None, *, rollout: int = 64, warmup: int = 0, noise: float = 0.0,
-                 delay: float = 0.0, episode_length: int = 10, scale: int = 1000, ledger: str | None = None,
-                 **kwargs) -> None:
+                 delay: float = 0.0, episode_length: int = 10, scale: int = 1000, crossing: float = 0.0,
+                 ledger: str | None = None, **kwargs) -> None:
         self.rollout, self.warmup, self.noise, self.delay = int(rollout), int(warmup), float(noise), float(delay)
+        self.crossing = float(crossing)
         self.ledger = ledger
         self.episode_length, self.scale = int(episode_length), int(scale)
         super().__init__(envs, model, buffer, **kwargs)
@@ -51,7 +60,7 @@ class StandIn(Agent):
         return self.warmup
 
     def noisy(self, step: int) -> float:
-        value = score(self.lr, step, self.warmup, self.scale)
+        value = score(self.lr, step, self.warmup, self.scale, self.crossing)
         return value + float(self.rng.normal(0.0, self.noise)) if self.noise else value
 
     def train_iteration(self) -> dict[str, float]:

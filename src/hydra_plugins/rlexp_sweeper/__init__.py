@@ -156,7 +156,7 @@ class RlexpSweeperConf:
                                          # (Optuna's enqueue_trial; values outside the space as the baseline's)
     max_env_steps: Any = None            # the study's env steps, all trials and seeds: no trial starts that could
                                          # pass it (trials' run.max_steps x seeds_per_trial against what they trained)
-    pruner: Any = "median"               # median | halving | none
+    pruner: Any = "median"               # median | halving | hyperband | none
     warmup_trials: Any = 5               # median: complete trials before any pruning; halving: trials at a rung
     warmup_steps: Any = "auto"             # median: env steps before a trial can be pruned (auto: a third of those
                                          # after learning starts); halving: the first rung's length after it

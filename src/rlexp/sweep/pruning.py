@@ -93,15 +93,20 @@ def make_pruner(name: str, warmup_trials: int, warmup_steps: int | None, max_ste
     (None: a third of the steps after learning starts, as RL Zoo waits for a third of the evaluations);
     halving: `Halving` with its first rung warmup_steps after learning starts (None: a ninth of the steps
     after it; rungs on the report marks, multiples of `grid`), comparing once warmup_trials trials reached a rung;
-    none."""
+    hyperband: Optuna's HyperbandPruner (reduction factor 3) from the same first rung to max_steps: brackets of
+    successive halving that start at growing lengths, the last of which prunes nothing; none."""
     if name == "median":
         warmup = warmup_steps if warmup_steps is not None else learning_start + (max_steps - learning_start) // 3
         return optuna.pruners.MedianPruner(n_startup_trials=warmup_trials, n_warmup_steps=warmup)
     if name == "halving":
         return Halving(halving_rungs(max_steps, learning_start, warmup_steps, grid), 3, warmup_trials)
+    if name == "hyperband":
+        first = warmup_steps if warmup_steps else max(1, (max_steps - learning_start) // 9)
+        return optuna.pruners.HyperbandPruner(min_resource=learning_start + first, max_resource=max(max_steps, 1),
+                                              reduction_factor=3)
     if name in ("none", None):
         return optuna.pruners.NopPruner()
-    raise SweepError(f"hydra.sweeper.pruner={name} is unknown; use median, halving or none")
+    raise SweepError(f"hydra.sweeper.pruner={name} is unknown; use median, halving, hyperband or none")
 
 
 # ----- inside a trial's process -------------------------------------------------------------------------

@@ -19,7 +19,7 @@ OBJECTIVES = ("final_eval", "mean_last_evals", "auc")
 WHOLE = {"n_trials": 1, "n_jobs": 1, "seeds_per_trial": 1, "last_evals": 1, "reports": 1, "warmup_trials": 0,
          "heartbeat_interval": 1, "grace_period": 1}  # whole numbers: their least value
 CHOICES = {"direction": ("maximize", "minimize"), "objective": OBJECTIVES, "aggregate": ("mean", "iqm"),
-           "pruner": ("median", "none", "halving")}
+           "pruner": ("median", "none", "halving", "hyperband")}
 SETTINGS = (*WHOLE, *CHOICES, "warmup_steps", "sampler", "directions", "confirm", "storage", "study_name", "max_failure_rate",
             "params", "baseline", "enqueue", "max_env_steps", "custom_search_space")
 SAMPLER_WHOLE = {"n_startup_trials": 0, "population_size": 2}
