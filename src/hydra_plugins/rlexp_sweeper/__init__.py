@@ -159,7 +159,7 @@ class RlexpSweeperConf:
     pruner: Any = "median"               # median | halving | hyperband | none
     warmup_trials: Any = 5               # median: complete trials before any pruning; halving: trials at a rung
     warmup_steps: Any = "auto"             # median: env steps before a trial can be pruned (auto: a third of those
-                                         # after learning starts); halving: the first rung's length after it
+                                         # after learning starts); halving, hyperband: the first rung's length after it
                                          # (auto: a ninth)
     reports: Any = 10                    # mean-return reports per trial (evenly spaced over run.max_steps)
     heartbeat_interval: Any = 10         # seconds; trials without a heartbeat for grace_period are stale
