@@ -4,8 +4,9 @@ function of its learning rate and steps. A seeded generator draws each case: run
 evaluations during training or not, pruner and its warm-up, seeds per trial, job slots, storage, a step budget,
 the agent's warm-up, noise, scores whose ranking changes as trials train, and a Ctrl-C or a kill of the sweep at a
 random moment, after which the same command continues the study; the stops and storages are paired so that the
-first cases kill a sweep on a journal file, Ctrl-C one on SQLite and, where RLEXP_TEST_POSTGRES names a server,
-kill one on PostgreSQL. The suite runs 6 cases; RLEXP_HARNESS_CASES=100 runs more. After the study ends:
+first cases kill a sweep on a journal file, Ctrl-C one on SQLite, run one to its end and, where
+RLEXP_TEST_POSTGRES names a server, kill one on PostgreSQL. The suite runs 4 cases; RLEXP_HARNESS_CASES=100 runs
+more (9 cover every stop on every storage). After the study ends:
 
 - no trial that trained `run.max_steps` is PRUNED;
 - every score the study holds is the agent's score at the step it is recorded at (trials compared at equal steps);
@@ -17,7 +18,8 @@ kill one on PostgreSQL. The suite runs 6 cases; RLEXP_HARNESS_CASES=100 runs mor
 - the report's best is the study's best COMPLETE trial;
 - the same command with the trials scored another way (objective, aggregate, seeds per trial) is refused in one
   line and adds nothing to the study.
-Two sweepers started together on one study (test_two_workers_fill_one_study) fill it to n_trials, and each one's
+Two sweepers started together on one study (test_two_workers_fill_one_study: a journal file, and PostgreSQL where
+a server is given, else SQLite) fill it to n_trials, and each one's
 final report names the best trial of those that had ended and every trial still running.
 """
 from __future__ import annotations
@@ -98,8 +100,8 @@ class Case:
 
 
 STOPS_ON = [("SIGKILL", "journal"), ("SIGINT", "sqlite"), (None, "postgresql"), ("SIGKILL", "postgresql"),
-            ("SIGKILL", "sqlite"), ("SIGINT", "journal"), (None, "sqlite"), ("SIGINT", "postgresql"),
-            (None, "journal")]  # every stop on every storage, the kills first
+            (None, "journal"), ("SIGKILL", "sqlite"), ("SIGINT", "journal"), ("SIGINT", "postgresql"),
+            (None, "sqlite")]  # every stop on every storage; the first four have a kill and a run without a stop
 
 
 def draw(number: int) -> Case:
@@ -174,7 +176,7 @@ def ledger_steps(ledger: Path) -> dict[str, int]:
     return trained
 
 
-@pytest.mark.parametrize("number", range(int(os.environ.get("RLEXP_HARNESS_CASES", 6))))
+@pytest.mark.parametrize("number", range(int(os.environ.get("RLEXP_HARNESS_CASES", 4))))
 def test_the_sweepers_promises_hold(tmp_path, number):
     case = draw(number)
     ledger = tmp_path / "ledger.txt"
@@ -248,8 +250,7 @@ def report_of(output: str) -> tuple[int, list[int]]:
     return int(best.group(1)), [int(n) for n in running.group(1).split(",")] if running else []
 
 
-@pytest.mark.parametrize("storage", ["journal", "sqlite"] + (["postgresql"] if os.environ.get("RLEXP_TEST_POSTGRES")
-                                                              else []))
+@pytest.mark.parametrize("storage", ["journal", "postgresql" if os.environ.get("RLEXP_TEST_POSTGRES") else "sqlite"])
 def test_two_workers_fill_one_study(tmp_path, storage):
     """Two sweepers on one study, started together with one job slot each: the study ends with exactly n_trials
     trials, and each sweeper's report names the best of the trials not running when it ended, and those running."""
