@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from forked_cli import run_cli
 import yaml
 from optuna.trial import TrialState
 
@@ -29,8 +30,7 @@ def command(*args: str) -> list[str]:
 
 
 def rlexp(cwd: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(command(*args), cwd=cwd, capture_output=True, text=True, timeout=600,
-                          env=dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"))
+    return run_cli(args, cwd, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout=600)
 
 
 def started(cwd: Path, *args: str, merged: bool = True) -> subprocess.Popen:

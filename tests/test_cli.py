@@ -10,15 +10,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 import pytest
+from forked_cli import run_cli
 
 pytestmark = pytest.mark.e2e
 TINY_PPO = ["run.max_steps=2048", "run.eval_episodes=2", "agent.n_steps=32", "env.n_envs=4"]
 
 
-def rlexp(cwd, *args, timeout=300):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", SDL_VIDEODRIVER="dummy")
-    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+def rlexp(cwd, *args, timeout=300, env=None):
+    """`python -m rlexp *args` in `cwd` (forked from a process that has loaded TensorFlow: forked_cli)."""
+    return run_cli(args, cwd, dict(env or os.environ, TF_CPP_MIN_LOG_LEVEL="3", SDL_VIDEODRIVER="dummy"), timeout)
 
 
 def run_dirs(cwd):

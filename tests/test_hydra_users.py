@@ -11,6 +11,7 @@ from pathlib import Path
 
 import optuna
 import pytest
+from forked_cli import run_cli
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
@@ -60,9 +61,7 @@ def space(cfg, trial):
 
 
 def rlexp(cwd, *args, timeout=600, env=None):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {}))
-    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return run_cli(args, cwd, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", **(env or {})), timeout)
 
 
 def only_study(cwd: Path) -> tuple[Path, list[optuna.trial.FrozenTrial]]:

@@ -11,6 +11,7 @@ import numpy as np
 import optuna
 import pandas as pd
 import pytest
+from forked_cli import run_cli
 import yaml
 from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
 from optuna.trial import TrialState
@@ -23,9 +24,11 @@ TINY = ["run.max_steps=2048", "run.eval_episodes=2", "agent.n_steps=32", "env.n_
 
 
 def rlexp(cwd, *args, timeout=600, **kwargs):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env, **kwargs)
+    env = dict(kwargs.pop("env", None) or os.environ, TF_CPP_MIN_LOG_LEVEL="3")
+    if kwargs:  # (what only subprocess.run takes)
+        return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
+                              timeout=timeout, env=env, **kwargs)
+    return run_cli(args, cwd, env, timeout)
 
 
 def trials(cwd, study=None, storage=None):

@@ -223,10 +223,13 @@ def test_the_sweepers_promises_hold(tmp_path, number):
     # the budget holds across kills: what every seed trained, beyond the overshoot of whole rollouts
     if case.budget is not None:
         assert sum(trained.values()) <= case.budget + len(trained) * case.overshoot, (trained, context)
-    # the baseline is never pruned, and is trained to its end, interrupted or not
+    # the baseline is never pruned, and is trained to its end, interrupted or not, while the budget holds a trial
     baseline = [t for t in trials if t.params.get("agent.lr") == BASELINE_LR]  # no sampled value is exactly it
     assert baseline and all(t.state != TrialState.PRUNED for t in baseline), context
-    assert any(t.state == TrialState.COMPLETE for t in baseline), context  # an interrupted one was run again
+    if not any(t.state == TrialState.COMPLETE for t in baseline):  # an interrupted one is run again, unless
+        spent = re.search(r"budget is spent: ([\d,]+) of", outputs[-1])  # the cap wins: too few steps are left
+        assert case.stop and spent and case.budget - int(spent.group(1).replace(",", "")) < case.max_steps * case.seeds, context
+        assert not re.search(r"^trial +\d+ +(COMPLETE|PRUNED|FAIL)", outputs[-1], re.M), context  # (none ran first)
     # the report's best is the study's best complete trial
     complete = [t for t in trials if t.state == TrialState.COMPLETE]
     if complete:

@@ -4,10 +4,10 @@ env=generic is named after the env it ran."""
 import os
 import shlex
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import run_cli
 import yaml
 from conftest import study_folder
 
@@ -21,8 +21,7 @@ def rlexp(cwd: Path, *args: str) -> subprocess.CompletedProcess:
     """The real CLI in a subprocess, with tests/ importable (the own env package my_envs)."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600, env=env)
+    return run_cli(args, cwd, env, timeout=600)
 
 
 def printed(stdout: str, prefix: str) -> list[str]:

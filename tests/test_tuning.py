@@ -2,14 +2,13 @@
 don't promote every trial, job slots never wait for each other, the step budget is a hard cap, a baseline study
 continues, and autotune's preset is found by the command the user typed."""
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
 
 import optuna
 import pandas as pd
 import pytest
+from forked_cli import run_cli
 from hydra.core.utils import JobReturn, JobStatus
 from omegaconf import OmegaConf
 from optuna.trial import TrialState
@@ -25,9 +24,7 @@ SETTINGS = dict(sampler={"_target_": "optuna.samplers.RandomSampler", "seed": 0}
 
 
 def rlexp(cwd, *args, timeout=600):
-    env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=timeout, env=env)
+    return run_cli(args, cwd, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout)
 
 
 # ----- pruning only stops unfinished trials ------------------------------------------------------------------

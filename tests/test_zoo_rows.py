@@ -2,11 +2,10 @@
 row's text, SB3's defaults and the conventions rlexp's agents document (half-MSE value loss, minibatch counts,
 Keras' RMSprop epsilon inside the square root); refused keys; a user's own file; the precedence message."""
 import math
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from forked_cli import run_cli
 import yaml
 
 from rlexp.errors import UserError
@@ -140,8 +139,7 @@ def test_a_key_rlexp_cannot_honour_is_refused_naming_row_and_key(algo, key, valu
 
 
 def rlexp(cwd, *args):
-    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=600)
+    return run_cli(args, cwd, timeout=600)
 
 
 @pytest.mark.e2e
