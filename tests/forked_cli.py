@@ -41,10 +41,17 @@ def needs_interpreter(env: Mapping[str, str]) -> bool:
                for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry)
 
 
-def _run(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> None:
+def _run(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, umask: int,
+         max_file_size: int | None) -> None:
     """In the forked child: the run's process state, then `python -m rlexp`'s, and its exit as Python's."""
     os.environ.clear()
     os.environ.update(env)
+    os.umask(umask)
+    sys.dont_write_bytecode = bool(env.get("PYTHONDONTWRITEBYTECODE"))
+    if max_file_size is not None:  # a write past it fails (EFBIG), as on a full disk
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_size, max_file_size))
     for entry in reversed([e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]):
         sys.path.insert(0, entry)
     os.chdir(cwd)
@@ -88,17 +95,27 @@ def _run(args: list[str], cwd: str, env: dict[str, str], out: str, err: str) -> 
 
 
 def run_cli(args: Sequence[str], cwd: str | os.PathLike, env: Mapping[str, str] | None = None,
-            timeout: float | None = 300) -> subprocess.CompletedProcess:
-    """`python -m rlexp *args` in `cwd`, its output captured as text, like subprocess.run(capture_output=True)."""
+            timeout: float | None = 300, umask: int = 0o022, max_file_size: int | None = None
+            ) -> subprocess.CompletedProcess:
+    """`python -m rlexp *args` in `cwd`, its output captured as text, like subprocess.run(capture_output=True);
+    under `umask`, and with `max_file_size` a cap on the size of any file it writes (RLIMIT_FSIZE)."""
     command = [sys.executable, "-m", "rlexp", *map(str, args)]
     env = dict(os.environ if env is None else env)
     if needs_interpreter(env):
-        return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env)
+        def limit() -> None:
+            if max_file_size is not None:
+                import resource
+
+                resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_size, max_file_size))
+
+        return subprocess.run(command, cwd=cwd, capture_output=True, text=True, timeout=timeout, env=env,
+                              umask=umask, preexec_fn=limit)
     with tempfile.TemporaryDirectory(prefix="rlexp-cli-") as folder:
         out, err = Path(folder) / "stdout", Path(folder) / "stderr"
         out.touch()
         err.touch()
-        process = forkserver().Process(target=_run, args=(command[3:], str(cwd), env, str(out), str(err)))
+        process = forkserver().Process(target=_run, args=(command[3:], str(cwd), env, str(out), str(err), umask,
+                                                            max_file_size))
         process.start()
         process.join(timeout)
         if process.exitcode is None:

@@ -3,7 +3,6 @@ files under the process umask, and the progress bar on a narrow terminal."""
 import io
 import os
 import re
-import resource
 import stat
 import subprocess
 import sys
@@ -11,6 +10,7 @@ from importlib import resources
 from pathlib import Path
 
 import pytest
+from forked_cli import run_cli
 
 from rlexp.commands.init import PRESET_GROUPS
 from rlexp.errors import UserError
@@ -28,12 +28,9 @@ def rlexp(cwd: Path, *args: str, umask: int = 0o022, max_file_size: int | None =
     `max_file_size`, a write past that many bytes fails (EFBIG) as on a full disk."""
     env = dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3", SDL_VIDEODRIVER="dummy",
                PYTHONPATH=os.pathsep.join([str(TESTS), os.environ.get("PYTHONPATH", "")]))
-    limit = None
     if max_file_size is not None:
         env["PYTHONDONTWRITEBYTECODE"] = "1"
-        limit = lambda: resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_size, max_file_size))  # noqa: E731
-    return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
-                          timeout=300, env=env, umask=umask, preexec_fn=limit)
+    return run_cli(args, cwd, env, timeout=300, umask=umask, max_file_size=max_file_size)
 
 
 def mode_of(path: Path) -> int:
