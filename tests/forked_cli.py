@@ -4,7 +4,8 @@ Keras, Hydra and rlexp already (`rlexp.runtime.preload`, the sweep launcher's fo
 stdin (/dev/null), stdout and stderr, and exit code; TensorFlow is imported but not started in the parent, so
 each run starts and configures its own, as every sweep trial does. What only a new interpreter shows (what
 Python and TensorFlow print while they load, sitecustomize, a changed import environment) runs
-`python -m rlexp` itself: `needs_interpreter`."""
+`python -m rlexp` itself: `needs_interpreter`. A sitecustomize.py on PYTHONPATH is run in the child, as the
+interpreter runs it at start-up."""
 from __future__ import annotations
 
 import io
@@ -33,17 +34,15 @@ def forkserver():
 
 
 def needs_interpreter(env: Mapping[str, str]) -> bool:
-    """Whether a run in `env` must start a new interpreter: it changes what is read at import time, or puts a
-    folder with a sitecustomize.py on PYTHONPATH."""
-    if any(env.get(key) != os.environ.get(key) for key in IMPORT_TIME):
-        return True
-    return any((Path(entry) / "sitecustomize.py").is_file()
-               for entry in env.get("PYTHONPATH", "").split(os.pathsep) if entry)
+    """Whether a run in `env` must start a new interpreter: it changes what is read at import time."""
+    return any(env.get(key) != os.environ.get(key) for key in IMPORT_TIME)
 
 
 def _run(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, umask: int,
-         max_file_size: int | None) -> None:
+         max_file_size: int | None, new_session: bool = False) -> None:
     """In the forked child: the run's process state, then `python -m rlexp`'s, and its exit as Python's."""
+    if new_session:
+        os.setsid()
     os.environ.clear()
     os.environ.update(env)
     os.umask(umask)
@@ -52,7 +51,8 @@ def _run(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, uma
         import resource
 
         resource.setrlimit(resource.RLIMIT_FSIZE, (max_file_size, max_file_size))
-    for entry in reversed([e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]):
+    entries = [e for e in env.get("PYTHONPATH", "").split(os.pathsep) if e]
+    for entry in reversed(entries):
         sys.path.insert(0, entry)
     os.chdir(cwd)
     for fd, path, flags in ((0, os.devnull, os.O_RDONLY), (1, out, os.O_WRONLY), (2, err, os.O_WRONLY)):
@@ -62,13 +62,17 @@ def _run(args: list[str], cwd: str, env: dict[str, str], out: str, err: str, uma
     sys.stdin = io.TextIOWrapper(io.FileIO(0, "r", closefd=False))
     sys.stdout = io.TextIOWrapper(io.FileIO(1, "w", closefd=False))
     sys.stderr = io.TextIOWrapper(io.FileIO(2, "w", closefd=False), line_buffering=True, errors="backslashreplace")
+    import runpy
+
+    for entry in entries:  # as the interpreter's start-up imports sitecustomize
+        if (Path(entry) / "sitecustomize.py").is_file():
+            runpy.run_path(str(Path(entry) / "sitecustomize.py"), run_name="sitecustomize")
+            break
     import rlexp
 
     sys.argv = [str(Path(rlexp.__file__).with_name("__main__.py")), *args]
     code = 0
     try:
-        import runpy
-
         runpy.run_module("rlexp", run_name="__main__", alter_sys=True)
     except SystemExit as e:
         if e.code is None or isinstance(e.code, int):
@@ -125,3 +129,39 @@ def run_cli(args: Sequence[str], cwd: str | os.PathLike, env: Mapping[str, str] 
                                             stderr=err.read_text(errors="replace"))
         return subprocess.CompletedProcess(command, process.exitcode, out.read_text(errors="replace"),
                                            err.read_text(errors="replace"))
+
+
+class Started:
+    """`python -m rlexp *args` started in the background, as subprocess.Popen with stdout and stderr pipes
+    (`pid`, `args`, `returncode`, `poll`, `communicate`); `new_session` as Popen's start_new_session."""
+
+    def __init__(self, args: Sequence[str], cwd: str | os.PathLike, env: Mapping[str, str] | None = None,
+                 new_session: bool = False) -> None:
+        self.args = [sys.executable, "-m", "rlexp", *map(str, args)]
+        env = dict(os.environ if env is None else env)
+        self.folder = tempfile.TemporaryDirectory(prefix="rlexp-cli-")
+        self.out, self.err = Path(self.folder.name) / "stdout", Path(self.folder.name) / "stderr"
+        self.out.touch()
+        self.err.touch()
+        self.process = forkserver().Process(target=_run, args=(self.args[3:], str(cwd), env, str(self.out),
+                                                                str(self.err), 0o022, None, new_session))
+        self.process.start()
+        self.pid = self.process.pid
+
+    @property
+    def returncode(self) -> int | None:
+        return self.process.exitcode
+
+    def poll(self) -> int | None:
+        return self.process.exitcode
+
+    def communicate(self, timeout: float | None = None) -> tuple[str, str]:
+        self.process.join(timeout)
+        if self.process.exitcode is None:
+            raise subprocess.TimeoutExpired(self.args, timeout)
+        out, err = self.out.read_text(errors="replace"), self.err.read_text(errors="replace")
+        self.folder.cleanup()
+        return out, err
+
+    def kill(self) -> None:
+        self.process.kill()

@@ -40,6 +40,8 @@ import optuna
 import pytest
 from optuna.trial import TrialState
 
+from forked_cli import Started
+
 STANDIN = Path(__file__).parent / "standin"
 sys.path.insert(0, str(STANDIN))
 from standin import score  # noqa: E402
@@ -125,13 +127,11 @@ def draw(number: int) -> Case:
                 stop_after=rng.uniform(0.5, 3.0))
 
 
-def start(cwd: Path, args: list[str]) -> subprocess.Popen:
+def start(cwd: Path, args: list[str]) -> Started:
     """The CLI's sweep of the stand-in, in its own session (a Ctrl-C reaches it and its trials)."""
     env = dict(os.environ, RLEXP_STANDIN="1", TF_CPP_MIN_LOG_LEVEL="3",
                PYTHONPATH=os.pathsep.join([str(STANDIN), *filter(None, [os.environ.get("PYTHONPATH")])]))
-    command = [sys.executable, "-m", "rlexp", "--config-dir", str(STANDIN / "conf"), "-m", *args]
-    return subprocess.Popen(command, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            text=True, start_new_session=True)
+    return Started(["--config-dir", str(STANDIN / "conf"), "-m", *args], cwd, env, new_session=True)
 
 
 def sweep(cwd: Path, case: Case, ledger: Path, stop: bool, extra: tuple[str, ...] = ()) -> subprocess.CompletedProcess:
