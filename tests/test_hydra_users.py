@@ -18,7 +18,8 @@ from optuna.trial import TrialState
 
 from rlexp.sweep import search_space
 
-pytestmark = pytest.mark.hydra14
+# the tests of what Hydra itself does (its sweepers, launchers, folders, override grammar, plugin lookup) run again
+# on hydra-core 1.4 (`-m hydra14`, .ci/run); those of rlexp's own options over Optuna run once
 TINY = ["run.max_steps=1024", "run.eval_episodes=2", "agent.n_steps=32", "env.n_envs=4", "agent.ppo_epochs=2"]
 HPARAMS_SEARCH = """\
 # @package _global_
@@ -111,6 +112,7 @@ def test_direction_as_a_list_is_two_objectives(tmp_path):
     assert all(len(t.values) == 2 for t in trials) and (folder / "pareto_front.csv").exists()
 
 
+@pytest.mark.hydra14
 def test_the_grid_sampler_runs_every_point_once(tmp_path):
     """hydra/sweeper/sampler=grid walks choice and range sweeps (range's stop excluded): 2 x 2 points."""
     result = rlexp(tmp_path, "-m", *TINY, "agent.n_steps=choice(16,32)", "agent.ppo_epochs=range(1,3)",
@@ -137,6 +139,7 @@ def test_a_custom_search_space_adds_conditional_parameters(tmp_path):
             assert trained["beta1"] == pytest.approx(trial.params["agent.beta1"])
 
 
+@pytest.mark.hydra14
 @pytest.mark.parametrize("preset,argument", [("tpe", "consider_endpoints=true"), ("gp", "deterministic_objective=true"),
                                              ("cmaes", "sigma0=0.5"), ("qmc", "scramble=true"),
                                              ("nsgaiii", "dividing_parameter=2")])
@@ -165,6 +168,7 @@ def test_every_sampler_preset_takes_its_optuna_arguments(preset, argument):
     assert str(found).lower() == value
 
 
+@pytest.mark.hydra14
 @pytest.mark.parametrize("args,message", [
     (["+hydra.sweeper.sampler.consider_endpoint=true"],
      "error: hydra.sweeper.sampler.consider_endpoint is not an argument of optuna.samplers.TPESampler; use one of "),
@@ -181,6 +185,7 @@ def test_a_wrong_sampler_argument_or_function_is_one_line(tmp_path, args, messag
 # hydra-optuna-sweeper's override cases (its tests' test_create_optuna_distribution_from_override and
 # test_create_params_from_overrides), as its 1.4 code maps them: Hydra's range excludes its stop, Optuna's bounds
 # include theirs, so range(1,3) is the ints 1 and 2.
+@pytest.mark.hydra14
 @pytest.mark.parametrize("override,expected", [
     ("key=choice(1,2)", CategoricalDistribution([1, 2])),
     ("key=choice(true, false)", CategoricalDistribution([True, False])),
@@ -201,6 +206,7 @@ def test_hydra_optuna_sweepers_override_cases(override, expected):
         assert dist == expected
 
 
+@pytest.mark.hydra14
 @pytest.mark.parametrize("overrides,distributions,fixed", [
     (["key=choice(1,2)"], {"key": CategoricalDistribution([1, 2])}, {}),
     (["key=5"], {}, {"key": "5"}),
@@ -231,6 +237,7 @@ def test_docs_say_what_carries_over_from_hydra_optuna_sweeper():
     assert named and named <= settings, named - settings
 
 
+@pytest.mark.hydra14
 def test_hydra_run_dir_and_sweep_dir_are_the_folders_they_name(tmp_path):
     """hydra.run.dir=mydir: the run writes there, nothing under outputs/; a command that writes nothing (eval)
     leaves no empty folder; hydra.sweep.dir=mysweep holds the study."""
@@ -249,6 +256,7 @@ def test_hydra_run_dir_and_sweep_dir_are_the_folders_they_name(tmp_path):
     assert not (tmp_path / "multirun").exists()
 
 
+@pytest.mark.hydra14
 def test_another_hydra_app_keeps_its_own_optuna_sweeper(tmp_path):
     """rlexp's `optuna` sweeper name serves rlexp's config only: a plain Hydra app in the same environment that asks
     for hydra/sweeper=optuna does not run rlexp's sweeper (without hydra-optuna-sweeper, Hydra says it has no such
@@ -285,6 +293,7 @@ class AnyDone(str):
     __hash__ = str.__hash__
 
 
+@pytest.mark.hydra14
 def test_hydras_basic_sweeper_and_launcher_run_rlexps_trials(tmp_path):
     """hydra/sweeper=basic: Hydra's plain grid, each point a run in its own folder; hydra/launcher=basic under
     rlexp's sweeper: trials one at a time inside the sweep's process, each recorded in the study."""
