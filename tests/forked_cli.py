@@ -9,7 +9,6 @@ interpreter runs it at start-up."""
 from __future__ import annotations
 
 import io
-import multiprocessing
 import os
 import subprocess
 import sys
@@ -17,20 +16,17 @@ import tempfile
 from pathlib import Path
 from typing import Mapping, Sequence
 
-PRELOAD = ["rlexp.runtime.preload"]
 # variables read while Python, TensorFlow or a library loads: a run that changes them needs its own interpreter
 IMPORT_TIME = ("PYTHONHOME", "PYTHONSTARTUP", "PYTHONSAFEPATH", "PYTHONNOUSERSITE", "LD_PRELOAD", "LD_LIBRARY_PATH",
                "TF_CPP_MIN_LOG_LEVEL", "TF_CPP_MAX_VLOG_LEVEL", "TF_ENABLE_ONEDNN_OPTS", "CUDA_VISIBLE_DEVICES",
                "KERAS_BACKEND", "KERAS_HOME", "MUJOCO_GL", "PYOPENGL_PLATFORM", "OMP_NUM_THREADS")
-_context = None
 
 
 def forkserver():
-    global _context
-    if _context is None:
-        _context = multiprocessing.get_context("forkserver")
-        _context.set_forkserver_preload(PRELOAD)
-    return _context
+    """The sweep launcher's forkserver context (its preload: rlexp.runtime.preload)."""
+    from rlexp.runtime.launch import context
+
+    return context("forkserver")
 
 
 def needs_interpreter(env: Mapping[str, str]) -> bool:

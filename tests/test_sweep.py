@@ -23,12 +23,8 @@ from rlexp.sweep import grid_points, make_storage, search_space
 TINY = ["run.max_steps=2048", "run.eval_episodes=2", "agent.n_steps=32", "env.n_envs=4"]
 
 
-def rlexp(cwd, *args, timeout=600, **kwargs):
-    env = dict(kwargs.pop("env", None) or os.environ, TF_CPP_MIN_LOG_LEVEL="3")
-    if kwargs:  # (what only subprocess.run takes)
-        return subprocess.run([sys.executable, "-m", "rlexp", *args], cwd=cwd, capture_output=True, text=True,
-                              timeout=timeout, env=env, **kwargs)
-    return run_cli(args, cwd, env, timeout)
+def rlexp(cwd, *args, timeout=600):
+    return run_cli(args, cwd, dict(os.environ, TF_CPP_MIN_LOG_LEVEL="3"), timeout)
 
 
 def trials(cwd, study=None, storage=None):
