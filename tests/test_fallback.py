@@ -172,3 +172,32 @@ def test_fallback_null_is_none(tmp_path):
     resumed = rlexp(tmp_path, *tiny, "run.max_steps=256", "+resume=outputs/null")
     assert resumed.returncode == 0, resumed.stderr[-2000:]
     assert saved(tmp_path / "outputs/null")["agent"]["n_steps"] == 128
+
+
+@pytest.mark.parametrize("agent", ["dqn", "sac", "td3", "ddpg"])
+def test_off_policy_fallbacks_start_from_pytorchs_init_unless_a_model_is_chosen(agent):
+    import numpy as np
+
+    from rlexp.models.networks import build_model
+
+    env = "env.id=CartPole-v1" if agent == "dqn" else "env.id=Pendulum-v1"
+    name = f"{agent}_{'discrete' if agent == 'dqn' else 'continuous'}_vector"
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=[f"agent={agent}", "env=generic", env])
+        chosen = compose(config_name="config", overrides=[f"agent={agent}", "env=generic", env, "model=mlp_large"])
+    merged = merge_fallback(cfg, name, [], choices={})
+    assert merged.model.initializer == "torch"
+    model = build_model(OmegaConf.to_container(merged.model), (3,), {"q": 1})
+    hidden = [layer for layer in model.layers if getattr(layer, "kernel", None) is not None][1]
+    kernel, bias = (np.abs(w.numpy()) for w in (hidden.kernel, hidden.bias))
+    bound = 1 / np.sqrt(kernel.shape[0])  # PyTorch's nn.Linear: weights and biases U(+-1/sqrt(fan_in))
+    assert 0.97 * bound < kernel.max() <= bound
+    assert 0.9 * bound < bias.max() <= bound
+    kept = merge_fallback(chosen, name, ["model=mlp_large"], choices={})
+    assert kept.model.initializer == "glorot_uniform"  # the chosen preset's own
+
+
+def test_on_policy_fallbacks_keep_orthogonal_init():
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        cfg = compose(config_name="config", overrides=["agent=ppo", "env=generic"])
+    assert merge_fallback(cfg, "ppo_discrete_vector", [], choices={}).model.initializer == "orthogonal"

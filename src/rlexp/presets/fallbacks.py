@@ -14,7 +14,8 @@ from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.errors import UserError
-from rlexp.presets.merge import apply_overrides, fit_sequences, merge_tuned, say_over_choices, say_overridden
+from rlexp.presets.merge import (apply_overrides, fit_sequences, keeps_its_model, merge_tuned, say_over_choices,
+                                 say_overridden)
 from rlexp.presets.sources import hydra_choices, hydra_preset, own_values, preset_exists
 from rlexp.presets.zoo.merge import merge_zoo, over_row, registered, zoo_row
 from rlexp.runs.dirs import GENERIC_ENV, env_command, env_display_name, in_sweep
@@ -112,10 +113,14 @@ def autotune_hint(agent: str, env_choice: str | None, env_id: str) -> str:
 def merge_fallback(cfg: DictConfig, name: str, overrides: list[str], choices: dict[str, str] | None = None
                    ) -> DictConfig:
     """cfg with conf/fallbacks/<name>.yaml merged in, then the values the user's own presets of `choices` set
-    and the command line's values applied again over it; a recurrent model's minibatches whole sequences."""
+    and the command line's values applied again over it; a recurrent model's minibatches whole sequences. The
+    fallback's `model` (its init) is left out where the run keeps its model (`keeps_its_model`)."""
     preset = OmegaConf.load(fallback_path(name))
     preset.pop("defaults", None)
-    merged = OmegaConf.merge(cfg, preset, own_values(cfg, choices if choices is not None else hydra_choices()))
+    choices = choices if choices is not None else hydra_choices()
+    if keeps_its_model(cfg, choices, overrides):
+        preset.pop("model", None)
+    merged = OmegaConf.merge(cfg, preset, own_values(cfg, choices))
     apply_overrides(merged, overrides)
     with open_dict(merged):
         fit_sequences(merged)

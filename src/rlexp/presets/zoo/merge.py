@@ -7,8 +7,8 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlexp.presets.merge import apply_overrides, fit_sequences, say_overridden
-from rlexp.presets.sources import SECTIONS, own_keys
+from rlexp.presets.merge import apply_overrides, fit_sequences, keeps_its_model, say_overridden
+from rlexp.presets.sources import SECTIONS
 from rlexp.presets.zoo import ZooRow, ZooRowError, row_for, translate
 
 
@@ -84,10 +84,8 @@ def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[
         sections["env"]["wrappers"] = [*OmegaConf.to_container(cfg.env.wrappers), *sections["env"]["wrappers"]]
     above = {key: over[key] for key in SECTIONS if over is not None and key in over and key != "run"}  # (composed)
     merged = OmegaConf.merge(cfg, sections, {key: value for key, value in above.items() if key != "model"})
-    recurrent = any(layer.get("type") in ("lstm", "gru") for layer in cfg.model.get("layers") or [])
-    yours = "model" in choices and bool(own_keys("model", choices["model"]))  # your own edited model preset
     with open_dict(merged):
-        if "model" not in chosen and not recurrent and not yours:  # (a recurrent model: what such a run is about)
+        if not keeps_its_model(cfg, choices, overrides):
             merged.model = OmegaConf.merge(OmegaConf.create(model), above.get("model", {}))
     by_row = {group: {key: value for key, value in keys.items() if key not in (above.get(group) or {})}
               for group, keys in sections.items()}  # (what `over` sets again, its own line names)
