@@ -175,7 +175,7 @@ def test_fallback_null_is_none(tmp_path):
 
 
 @pytest.mark.parametrize("agent", ["dqn", "sac", "td3", "ddpg"])
-def test_off_policy_fallbacks_start_from_pytorchs_init_unless_a_model_is_chosen(agent):
+def test_off_policy_fallbacks_start_from_pytorchs_init_over_any_shipped_network(agent):
     import numpy as np
 
     from rlexp.models.networks import build_model
@@ -183,18 +183,36 @@ def test_off_policy_fallbacks_start_from_pytorchs_init_unless_a_model_is_chosen(
     env = "env.id=CartPole-v1" if agent == "dqn" else "env.id=Pendulum-v1"
     name = f"{agent}_{'discrete' if agent == 'dqn' else 'continuous'}_vector"
     with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
-        cfg = compose(config_name="config", overrides=[f"agent={agent}", "env=generic", env])
-        chosen = compose(config_name="config", overrides=[f"agent={agent}", "env=generic", env, "model=mlp_large"])
-    merged = merge_fallback(cfg, name, [], choices={})
-    assert merged.model.initializer == "torch"
-    model = build_model(OmegaConf.to_container(merged.model), (3,), {"q": 1})
-    hidden = [layer for layer in model.layers if getattr(layer, "kernel", None) is not None][1]
-    kernel, bias = (np.abs(w.numpy()) for w in (hidden.kernel, hidden.bias))
-    bound = 1 / np.sqrt(kernel.shape[0])  # PyTorch's nn.Linear: weights and biases U(+-1/sqrt(fan_in))
-    assert 0.97 * bound < kernel.max() <= bound
-    assert 0.9 * bound < bias.max() <= bound
-    kept = merge_fallback(chosen, name, ["model=mlp_large"], choices={})
-    assert kept.model.initializer == "glorot_uniform"  # the chosen preset's own
+        default = compose(config_name="config", overrides=[f"agent={agent}", "env=generic", env])
+        chosen = compose(config_name="config", overrides=[f"agent={agent}", "env=generic", env, "model=mlp"])
+        recurrent = compose(config_name="config", overrides=[f"agent={agent}", "env=generic", env, "model=lstm"])
+    for cfg, overrides in ((default, []), (chosen, ["model=mlp"])):  # (a search's model: choice(mlp, mlp_large))
+        merged = merge_fallback(cfg, name, overrides, choices={})
+        assert merged.model.initializer == "torch"
+        model = build_model(OmegaConf.to_container(merged.model), (3,), {"q": 1})
+        hidden = [layer for layer in model.layers if getattr(layer, "kernel", None) is not None][1]
+        kernel, bias = (np.abs(w.numpy()) for w in (hidden.kernel, hidden.bias))
+        bound = 1 / np.sqrt(kernel.shape[0])  # PyTorch's nn.Linear: weights and biases U(+-1/sqrt(fan_in))
+        assert 0.97 * bound < kernel.max() <= bound
+        assert 0.9 * bound < bias.max() <= bound
+    assert merge_fallback(recurrent, name, ["model=lstm"], choices={}).model.initializer == "glorot_uniform"
+    mine = merge_fallback(default, name, ["model.initializer=orthogonal"], choices={})
+    assert mine.model.initializer == "orthogonal"  # the command line's value wins
+
+
+def test_a_fallback_says_what_it_sets_over_a_chosen_model(caplog):
+    from test_zoo_rows import resolved
+
+    with caplog.at_level("INFO", logger="rlexp"):
+        cfg, _ = resolved("agent=dqn", "env=generic", "env.id=CartPole-v1", "zoo.rows=false", "model=mlp_large")
+    assert caplog.messages == ["fallbacks/dqn_discrete_vector.yaml sets model.initializer over model=mlp_large (the "
+                               "command line's choice): to train the chosen preset's values, set them on the command "
+                               "line or fallback=none"]
+    assert cfg.model.initializer == "torch" and [layer.get("units") for layer in cfg.model.layers] == [256, 256, None]
+    caplog.clear()
+    with caplog.at_level("INFO", logger="rlexp"):
+        resolved("agent=dqn", "env=generic", "env.id=CartPole-v1", "zoo.rows=false")
+    assert caplog.messages == []  # no model chosen: nothing to say
 
 
 def test_on_policy_fallbacks_keep_orthogonal_init():

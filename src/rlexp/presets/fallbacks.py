@@ -14,7 +14,7 @@ from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.errors import UserError
-from rlexp.presets.merge import (apply_overrides, fit_sequences, keeps_its_model, merge_tuned, say_over_choices,
+from rlexp.presets.merge import (apply_overrides, fit_sequences, merge_tuned, model_is_its_own, say_over_choices,
                                  say_overridden)
 from rlexp.presets.sources import hydra_choices, hydra_preset, own_values, preset_exists
 from rlexp.presets.zoo.merge import merge_zoo, over_row, registered, zoo_row
@@ -114,12 +114,14 @@ def merge_fallback(cfg: DictConfig, name: str, overrides: list[str], choices: di
                    ) -> DictConfig:
     """cfg with conf/fallbacks/<name>.yaml merged in, then the values the user's own presets of `choices` set
     and the command line's values applied again over it; a recurrent model's minibatches whole sequences. The
-    fallback's `model` (its init) is left out where the run keeps its model (`keeps_its_model`)."""
+    fallback's `model` (SB3's init, over whichever network: a search's `model: choice(mlp, mlp_large)` is RL Zoo's
+    net_arch choice) is left out for a recurrent model or your own model preset, and said over a chosen one."""
     preset = OmegaConf.load(fallback_path(name))
     preset.pop("defaults", None)
     choices = choices if choices is not None else hydra_choices()
-    if keeps_its_model(cfg, choices, overrides):
+    if model_is_its_own(cfg, choices):
         preset.pop("model", None)
+    say_over_choices(preset, choices, overrides, f"fallbacks/{name}.yaml", leave_out=" or fallback=none")
     merged = OmegaConf.merge(cfg, preset, own_values(cfg, choices))
     apply_overrides(merged, overrides)
     with open_dict(merged):

@@ -68,12 +68,11 @@ def say_over_choices(preset: Any, choices: dict[str, str], overrides: list[str],
                  f"set them on the command line{leave_out}")
 
 
-def keeps_its_model(cfg: DictConfig, choices: dict[str, str], overrides: list[str]) -> bool:
-    """The run keeps its model preset's network and init over a row's or fallback's: the command line chose the
-    model (`model=`), the model is recurrent (what such a run is about), or it is your own edited model preset."""
-    chosen = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+def model_is_its_own(cfg: DictConfig, choices: dict[str, str]) -> bool:
+    """The model keeps its own network and init over a row's or fallback's: it is recurrent (what such a run is
+    about) or your own edited model preset."""
     recurrent = any(layer.get("type") in ("lstm", "gru") for layer in cfg.model.get("layers") or [])
-    return "model" in chosen or recurrent or ("model" in choices and bool(own_keys("model", choices["model"])))
+    return recurrent or ("model" in choices and bool(own_keys("model", choices["model"])))
 
 
 def fit_sequences(cfg: DictConfig) -> None:

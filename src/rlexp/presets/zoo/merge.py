@@ -7,7 +7,7 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlexp.presets.merge import apply_overrides, fit_sequences, keeps_its_model, say_overridden
+from rlexp.presets.merge import apply_overrides, fit_sequences, model_is_its_own, say_overridden
 from rlexp.presets.sources import SECTIONS
 from rlexp.presets.zoo import ZooRow, ZooRowError, row_for, translate
 
@@ -85,7 +85,7 @@ def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[
     above = {key: over[key] for key in SECTIONS if over is not None and key in over and key != "run"}  # (composed)
     merged = OmegaConf.merge(cfg, sections, {key: value for key, value in above.items() if key != "model"})
     with open_dict(merged):
-        if not keeps_its_model(cfg, choices, overrides):
+        if "model" not in chosen and not model_is_its_own(cfg, choices):  # model=: the chosen network
             merged.model = OmegaConf.merge(OmegaConf.create(model), above.get("model", {}))
     by_row = {group: {key: value for key, value in keys.items() if key not in (above.get(group) or {})}
               for group, keys in sections.items()}  # (what `over` sets again, its own line names)
