@@ -212,7 +212,10 @@ def test_a_fallback_says_what_it_sets_over_a_chosen_model(caplog):
     caplog.clear()
     with caplog.at_level("INFO", logger="rlexp"):
         resolved("agent=dqn", "env=generic", "env.id=CartPole-v1", "zoo.rows=false")
-    assert caplog.messages == []  # no model chosen: nothing to say
+        cfg, _ = resolved("agent=dqn", "env=generic", "env.id=CartPole-v1", "zoo.rows=false", "model=mlp_large",
+                          "model.initializer=glorot_uniform")
+    assert caplog.messages == []  # no model chosen, or the command line's own initializer: nothing to say
+    assert cfg.model.initializer == "glorot_uniform"
 
 
 def test_on_policy_fallbacks_keep_orthogonal_init():

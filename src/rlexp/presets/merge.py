@@ -52,8 +52,9 @@ def say_overridden(cfg: DictConfig, sections: Any, choices: dict[str, str], by: 
 def say_over_choices(preset: Any, choices: dict[str, str], overrides: list[str], by: str,
                      leave_out: str = " or leave the tuned preset out (~tuned)") -> None:
     """One line naming the keys of a group preset chosen on the command line (model=mlp_400_300) that `by` (a
-    tuned preset, merged over the groups' presets) sets to other values: the command line chose that preset, so
-    losing its values is said, with the ways to keep them. (agent= and env= pick the pair the tuned preset is for.)"""
+    tuned preset or a fallback, merged over the groups' presets) sets to other values: the command line chose that
+    preset, so losing its values is said, with the ways to keep them; a key the command line sets itself is not.
+    (agent= and env= pick the pair the tuned preset is for.)"""
     chosen = {o.split("=", 1)[0] for o in overrides if "=" in o and not o.startswith(("+", "~"))}
     lost = []
     for group in ("model", "buffer"):
@@ -61,7 +62,7 @@ def say_over_choices(preset: Any, choices: dict[str, str], overrides: list[str],
             continue
         mine = preset_values(group, choices[group])  # (with what it takes from the presets it starts from)
         theirs = OmegaConf.to_container(preset[group])
-        keys = [key for key in theirs if key in mine and mine[key] != theirs[key]]
+        keys = [key for key in theirs if key in mine and mine[key] != theirs[key] and f"{group}.{key}" not in chosen]
         lost += [f"{', '.join(f'{group}.{key}' for key in keys)} over {group}={choices[group]}"] if keys else []
     if lost:
         log.info(f"{by} sets {'; '.join(lost)} (the command line's choice): to train the chosen preset's values, "
