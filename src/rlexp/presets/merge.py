@@ -72,8 +72,13 @@ def say_over_choices(preset: Any, choices: dict[str, str], overrides: list[str],
 def model_is_its_own(cfg: DictConfig, choices: dict[str, str]) -> bool:
     """The model keeps its own network and init over a row's or fallback's: it is recurrent (what such a run is
     about) or your own edited model preset."""
-    recurrent = any(layer.get("type") in ("lstm", "gru") for layer in cfg.model.get("layers") or [])
-    return recurrent or ("model" in choices and bool(own_keys("model", choices["model"])))
+    return is_recurrent(cfg) or ("model" in choices and bool(own_keys("model", choices["model"])))
+
+
+def is_recurrent(cfg: DictConfig) -> bool:
+    """The model has an LSTM or GRU layer (rlexp.models.networks.is_recurrent, without importing Keras before
+    TensorFlow is set up)."""
+    return any(layer.get("type") in ("lstm", "gru") for layer in cfg.model.get("layers") or [])
 
 
 def fit_sequences(cfg: DictConfig) -> None:
@@ -84,8 +89,8 @@ def fit_sequences(cfg: DictConfig) -> None:
     agent = cfg.agent
     if "mini_batches" not in agent or "sequence_length" not in agent or agent.sequence_length is not None:
         return
-    if not any(layer.get("type") in ("lstm", "gru") for layer in cfg.model.get("layers") or []):
-        return  # (rlexp.models.networks.is_recurrent, without importing Keras before TensorFlow is set up)
+    if not is_recurrent(cfg):
+        return
     n_steps, n_envs, mini_batches = int(agent.n_steps), int(cfg.env.n_envs), int(agent.mini_batches)
     if mini_batches < 1 or (n_envs % mini_batches == 0):
         return
