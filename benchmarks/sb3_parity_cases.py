@@ -56,7 +56,9 @@ ZOO_CASES = {"dqn-mountaincar-zoo": ("dqn", "MountainCar-v0", "MountainCar-v0"),
              "ppo-halfcheetah-zoo": ("ppo", "HalfCheetah-v4", "HalfCheetah-v5"),
              "trpo-mountaincar-zoo": ("trpo", "MountainCar-v0", "MountainCar-v0"),
              "trpo-swimmer-zoo": ("trpo", "Swimmer-v4", "Swimmer-v5"),
-             "td3-lunarlander-continuous-zoo": ("td3", "LunarLanderContinuous-v3", "LunarLanderContinuous-v3")}
+             "td3-lunarlander-continuous-zoo": ("td3", "LunarLanderContinuous-v3", "LunarLanderContinuous-v3"),
+             # the DDPG fallback's values: RL Zoo's DDPG MuJoCo defaults row, on another MuJoCo env
+             "ddpg-invertedpendulum-fallback": ("ddpg", "HalfCheetah-v4", "InvertedPendulum-v5")}
 
 
 def zoo_case(name: str, seed: int, steps: int | None) -> tuple[BaseAlgorithm, int]:
