@@ -102,9 +102,9 @@ CASES = {
     "ddpg-invertedpendulum-fallback": Case(["agent=ddpg", "env=generic", "env.id=InvertedPendulum-v5"],
                                            "ddpg-invertedpendulum-fallback", 30_000,
                                            "rlexp: conf/fallbacks/ddpg_continuous_vector.yaml (env=generic, no tuned "
-                                           "preset), RL Zoo's DDPG budget for InvertedPendulum; SB3: ddpg.yml's "
-                                           "HalfCheetah-v4 row (its MuJoCo defaults, the fallback's values) on "
-                                           "InvertedPendulum-v5, as dqn-mountaincar-zoo"),
+                                           "preset), at learning.md's fallback-ddpg-invertedpendulum budget; SB3: "
+                                           "ddpg.yml's HalfCheetah-v4 row (its MuJoCo defaults, the fallback's "
+                                           "values) on InvertedPendulum-v5, as dqn-mountaincar-zoo"),
     "ppo-lstm-cartpole-novel-20k": Case([*LSTM, "env=cartpole_novel"], "ppo-lstm-cartpole-novel", 20_000,
                                         "RL Zoo's ppo_lstm.yml CartPoleNoVel-v1 row with observations normalised, "
                                         "rewards not (RL Zoo's current row normalises both); rlexp: "
