@@ -88,6 +88,10 @@ CASES = {
                                 "RL Zoo's ppo.yml HalfCheetah-v4 row on gymnasium's HalfCheetah-v5, as "
                                 "dqn-mountaincar-zoo (1,000,448 env steps: the whole rollouts of 512 that pass its "
                                 "1,000,000)"),
+    "ppo-ant-zoo": Case(["agent=ppo", "env=ant"], "ppo-ant-zoo", 1_001_472,
+                        "RL Zoo's ppo.yml Ant-v4 row (its MuJoCo defaults: SB3's PPO defaults with observations and "
+                        "rewards normalised) on gymnasium's Ant-v5, as dqn-mountaincar-zoo (1,001,472 env steps: the "
+                        "whole rollouts of 2,048 that pass its 1,000,000); RL Zoo's 1,327 is of Ant-v3"),
     "trpo-mountaincar-zoo": Case(["agent=trpo", "env=generic", "env.id=MountainCar-v0"], "trpo-mountaincar-zoo",
                                  100_352, "RL Zoo's trpo.yml MountainCar-v0 row, as dqn-mountaincar-zoo (100,352 env "
                                  "steps: the whole rollouts that pass its 100,000)"),
