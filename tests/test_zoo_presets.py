@@ -68,3 +68,33 @@ def test_lunarlandercontinuous_trains_rl_zoos_row_as_sb3_builds_it(agent, values
     assert (cfg.agent.gamma, cfg.agent.lr, cfg.buffer.max_size, cfg.buffer.initial_size) == (
         values["gamma"], values["lr"], values["buffer"], values["learning_starts"])
     assert cfg.agent.lr_schedule == values.get("lr_schedule", "constant") and cfg.agent.tau == values.get("tau", 0.005)
+
+
+# RL Zoo's td3.yml / sac.yml MuJoCo rows (&mujoco-defaults) with SB3's defaults where a row is silent:
+# TD3: net_arch [400, 300], lr 1e-3, batch 256, learning_starts 10k, N(0, 0.1) noise, buffer 1e6, gamma 0.99;
+# SAC: its row sets learning_starts only, so SB3's SAC: [256, 256], lr 3e-4, batch 256, buffer 1e6, gamma 0.99.
+MUJOCO_ROWS = {"td3": dict(units=[400, 300, None], lr=1e-3, noise=0.1),
+               "sac": dict(units=[256, 256, None], lr=3e-4)}
+
+
+@pytest.mark.parametrize("agent, env", [("td3", "ant"), ("td3", "walker2d"), ("sac", "ant"), ("sac", "halfcheetah"),
+                                        ("sac", "hopper"), ("sac", "walker2d")])
+def test_mujoco_pair_trains_rl_zoos_row_as_sb3_builds_it(agent, env):
+    """Pairs no learning run measured with other values train the row itself: SB3's Adam epsilon 1e-8 and
+    PyTorch's default init, nothing of rlexp's over them."""
+    cfg, row = composed(agent, env), MUJOCO_ROWS[agent]
+    assert cfg.agent.opt_epsilon == 1e-8 and cfg.model.initializer == "torch"
+    assert [layer.get("units") for layer in cfg.model.layers] == row["units"]
+    assert (cfg.agent.gamma, cfg.agent.lr, cfg.agent.tau) == (0.99, row["lr"], 0.005)
+    assert (cfg.buffer.max_size, cfg.buffer.initial_size, cfg.buffer.batch_size) == (1_000_000, 10_000, 256)
+    if "noise" in row:
+        assert (cfg.agent.noise_type, cfg.agent.step_noise_coef) == ("normal", row["noise"])
+
+
+def test_dqn_pong_trains_rl_zoos_atari_row_as_sb3_builds_it():
+    """dqn.yml's atari row (lr 1e-4, buffer 100k, learning_starts 100k, 1 env) on SB3's DQN: Adam epsilon 1e-8 and
+    PyTorch's default init of its Nature CNN; rlexp adds only its stop rule."""
+    cfg = composed("dqn", "pong")
+    assert cfg.agent.opt_epsilon == 1e-8 and cfg.model.initializer == "torch"
+    assert (cfg.agent.lr, cfg.buffer.max_size, cfg.buffer.initial_size, cfg.env.n_envs) == (1e-4, 100_000, 100_000, 1)
+    assert cfg.run.target_reward == 20
