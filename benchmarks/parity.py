@@ -122,6 +122,7 @@ CASES = {
 }
 FAMILIES = {"trpo": "TRPO (rlexp's TRPO, sb3-contrib's TRPO)", "dqn": "DQN (rlexp's DQN, SB3's DQN)",
             "td3": "TD3 (rlexp's TD3, SB3's TD3)",
+            "ddpg": "DDPG (rlexp's DDPG, SB3's DDPG)",
             "ppo-lstm": "Recurrent PPO (rlexp's PPO with model=lstm, sb3-contrib's RecurrentPPO)"}
 # What differs between the implementations with the same settings, read from both sides' code
 DIFFERENCES = {
@@ -173,6 +174,19 @@ DIFFERENCES = {
         "before it each layer's bias was a copy of its kernel's first row (one seeded Keras initializer drawn "
         "twice), and the same 3 seeds scored 242.7 / 214.4 / 242.6",
         "random streams: exploration, smoothing noise and batch draws come from different generators",
+    ],
+    "ddpg": [
+        "the same update, read from both sides' code: TD3's (above) with one critic, no target smoothing noise, and "
+        "an actor step and Polyak updates (tau 0.005) after every critic step; the actor's tanh output is in [-1, 1], "
+        "exploration N(0, 0.1) is added there and clipped, the clipped action is stored and rescaled to the env's "
+        "bounds (+-3 on InvertedPendulum); no gradient clipping or weight decay on either side",
+        "warm-up, Adam's epsilon, initialisation and random streams: as TD3's (above)",
+        "tanh in float32: TensorFlow's CPU kernel returns exactly +-1 beyond about +-8, PyTorch's beyond about +-9; "
+        "past either the actor's gradient through it is exactly 0",
+        "rlexp's seed 3 (2.0): its final actor's pre-tanh outputs on 1,000 states of random play lie between -34.5 "
+        "and -10.2, past both libraries' saturation points, and its checkpoint at step 10,200 (200 updates in) gives "
+        "the same outputs: once saturated, the actor gets no gradient and every episode falls in 2-3 steps while the "
+        "critic trains on; seeds 2 and 4 (1000.0) leave 20-25% of those states past +-8",
     ],
     "ppo-lstm": [
         "LSTM initialisation: Keras' LSTMCell (Glorot-uniform input kernel, orthogonal recurrent kernel, zero biases "
