@@ -77,11 +77,11 @@ MUJOCO_ROWS = {"td3": dict(units=[400, 300, None], lr=1e-3, noise=0.1),
                "sac": dict(units=[256, 256, None], lr=3e-4)}
 
 
-@pytest.mark.parametrize("agent, env", [("td3", "ant"), ("td3", "walker2d"), ("sac", "ant"), ("sac", "halfcheetah"),
-                                        ("sac", "hopper"), ("sac", "walker2d")])
+@pytest.mark.parametrize("agent, env", [("td3", "ant"), ("td3", "walker2d"), ("td3", "halfcheetah"), ("td3", "hopper"),
+                                        ("sac", "ant"), ("sac", "halfcheetah"), ("sac", "hopper"), ("sac", "walker2d")])
 def test_mujoco_pair_trains_rl_zoos_row_as_sb3_builds_it(agent, env):
-    """Pairs no learning run measured with other values train the row itself: SB3's Adam epsilon 1e-8 and
-    PyTorch's default init, nothing of rlexp's over them."""
+    """The MuJoCo pairs train the row itself: SB3's Adam epsilon 1e-8 and PyTorch's default init, nothing of
+    rlexp's over them."""
     cfg, row = composed(agent, env), MUJOCO_ROWS[agent]
     assert cfg.agent.opt_epsilon == 1e-8 and cfg.model.initializer == "torch"
     assert [layer.get("units") for layer in cfg.model.layers] == row["units"]
@@ -98,3 +98,20 @@ def test_dqn_pong_trains_rl_zoos_atari_row_as_sb3_builds_it():
     assert cfg.agent.opt_epsilon == 1e-8 and cfg.model.initializer == "torch"
     assert (cfg.agent.lr, cfg.buffer.max_size, cfg.buffer.initial_size, cfg.env.n_envs) == (1e-4, 100_000, 100_000, 1)
     assert cfg.run.target_reward == 20
+
+
+@pytest.mark.parametrize("agent, values", [
+    ("td3", dict(units=[400, 300, None], lr=1e-3, gamma=0.98, tau=0.005, buffer=200_000, train_freq=1, sde=None)),
+    ("sac", dict(units=[400, 300, None], lr=7.3e-4, gamma=0.98, tau=0.02, buffer=300_000, train_freq=64, sde=True)),
+])
+def test_bipedalwalker_trains_rl_zoos_row_as_sb3_builds_it(agent, values):
+    """td3.yml / sac.yml BipedalWalker-v3 (SAC: gSDE with log std -3, 64 updates every 64 steps), learning from
+    10k random steps, on SB3's Adam epsilon 1e-8 and PyTorch's default init."""
+    cfg = composed(agent, "bipedal")
+    assert cfg.agent.opt_epsilon == 1e-8 and cfg.model.initializer == "torch"
+    assert [layer.get("units") for layer in cfg.model.layers] == values["units"]
+    assert (cfg.agent.lr, cfg.agent.gamma, cfg.agent.tau) == (values["lr"], values["gamma"], values["tau"])
+    assert (cfg.buffer.max_size, cfg.buffer.initial_size, cfg.buffer.batch_size) == (values["buffer"], 10_000, 256)
+    assert cfg.agent.train_freq == cfg.agent.gradient_steps == values["train_freq"]
+    if values["sde"]:
+        assert cfg.agent.use_sde is True and cfg.agent.log_std_init == -3

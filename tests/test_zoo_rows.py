@@ -216,11 +216,18 @@ def test_a_shipped_preset_keeps_its_row_and_a_recurrent_model_stays():
     assert cfg.model.layers[0].type == "lstm" and cfg.agent.use_sde is True  # the model stays; the row's gSDE
 
 
-def test_a_tuned_preset_over_a_model_the_command_line_chose_is_said(caplog):
-    """tuned/sac_bipedal.yaml sets model.layers (256, 256): over model=mlp_400_300 from the command line the
-    run says so (the initializer both set alike is not named); without a model choice nothing is said."""
+def test_a_tuned_preset_over_a_model_the_command_line_chose_is_said(tmp_path, caplog):
+    """A tuned preset over a pair's row (yours here: tuned/sac_bipedal.yaml, 256-256 layers and Glorot init) sets
+    model.layers over model=mlp_400_300 from the command line: the run says so (the initializer both set alike is
+    not named); without a model choice, or with ~tuned, nothing is said."""
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "tuned/sac_bipedal.yaml").write_text(
+        "# @package _global_\nmodel:\n  initializer: glorot_uniform\n  layers:\n"
+        "    - {activation: relu, type: dense, units: 256}\n    - {activation: relu, type: dense, units: 256}\n"
+        "    - {output: true, type: dense}\n")
+    mine = f"hydra.searchpath=[file://{tmp_path}]"
     with caplog.at_level("INFO", logger="rlexp"):
-        cfg, _ = resolved("agent=sac", "env=bipedal", "model=mlp_400_300")
+        cfg, _ = resolved("agent=sac", "env=bipedal", "model=mlp_400_300", mine)
     assert caplog.messages == ["tuned/sac_bipedal.yaml sets model.layers over model=mlp_400_300 (the command "
                                "line's choice): to train the chosen preset's values, set them on the command line "
                                "or leave the tuned preset out (~tuned)"]
@@ -233,8 +240,8 @@ def test_a_tuned_preset_over_a_model_the_command_line_chose_is_said(caplog):
                                "values, set them on the command line or leave the tuned preset out (~tuned)"]
     caplog.clear()
     with caplog.at_level("INFO", logger="rlexp"):
-        resolved("agent=sac", "env=bipedal", "model.layers.0.units=128")
-        cfg, _ = resolved("agent=sac", "env=bipedal", "model=mlp_400_300", "~tuned")
+        resolved("agent=sac", "env=bipedal", "model.layers.0.units=128", mine)
+        cfg, _ = resolved("agent=sac", "env=bipedal", "model=mlp_400_300", "~tuned", mine)
     assert caplog.messages == [] and [layer.get("units") for layer in cfg.model.layers] == [400, 300, None]
 
 
