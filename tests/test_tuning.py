@@ -457,9 +457,9 @@ def test_a_rung_compares_trials_at_its_own_step(tmp_path):
 
 
 def test_the_portfolio_takes_rl_zoos_rows_of_env_presets_without_a_tuned_preset():
-    """TD3 on MountainCarContinuous-v0: env=pendulum has no tuned TD3 preset, only RL Zoo's td3.yml Pendulum-v1 row,
-    whose values (lr 1e-3, gamma 0.98, 400-300 network, 20k steps) make it a candidate, named by the row; presets
-    of image envs and the pair's own env are none."""
+    """TD3 on MountainCarContinuous-v0: env=pendulum and env=bipedal have no tuned TD3 preset, only RL Zoo's rows
+    (td3.yml Pendulum-v1: lr 1e-3, gamma 0.98, 400-300 network, 20k steps), whose values make them candidates,
+    named by the row; presets of image envs and the pair's own env are none."""
     from hydra import compose, initialize_config_module
     from hydra.core.hydra_config import HydraConfig
 
@@ -475,5 +475,8 @@ def test_the_portfolio_takes_rl_zoos_rows_of_env_presets_without_a_tuned_preset(
     assert (pendulum.row, pendulum.label, pendulum.own, pendulum.max_steps) == (
         "td3.yml Pendulum-v1", "RL Zoo's row td3.yml Pendulum-v1", False, 20_000)
     assert (pendulum.values["agent.lr"], pendulum.values["agent.gamma"]) == (1e-3, 0.98)
-    assert found["td3_bipedal"].row is None and found["td3_bipedal"].label == "tuned/td3_bipedal.yaml"
+    bipedal = found["td3_bipedal"]  # its shipped preset is gone: the row itself (gamma 0.98, 1M steps)
+    assert (bipedal.row, bipedal.label, bipedal.max_steps) == (
+        "td3.yml BipedalWalker-v3", "RL Zoo's row td3.yml BipedalWalker-v3", 1_000_000)
+    assert (bipedal.values["agent.lr"], bipedal.values["agent.gamma"]) == (1e-3, 0.98)
     assert not {"td3_pong", "td3_breakout", "td3_generic"} & set(found)
