@@ -33,7 +33,7 @@ def linear(initial: float):
     return lambda progress_remaining: progress_remaining * initial
 
 
-def build(algo: str, row: dict, env_id: str):
+def build(algo: str, row: dict, env_id: str, max_episode_steps: int | None = None):
     """The model as RL Zoo's ExperimentManager makes it (its hyperparameter preprocessing, reimplemented)."""
     params = dict(row)
     n_envs = int(params.pop("n_envs", 1))
@@ -50,7 +50,9 @@ def build(algo: str, row: dict, env_id: str):
     wrapper_class = AtariWrapper if wrapper and "AtariWrapper" in str(wrapper) else None
     wrapper_kwargs = next(iter(wrapper[0].values())) if wrapper_class and isinstance(wrapper[0], dict) else None
     seed = int(params.pop("seed", 0))
-    envs = make_vec_env(env_id, n_envs=n_envs, seed=seed, wrapper_class=wrapper_class, wrapper_kwargs=wrapper_kwargs)
+    env_kwargs = {"max_episode_steps": max_episode_steps} if max_episode_steps else None
+    envs = make_vec_env(env_id, n_envs=n_envs, seed=seed, wrapper_class=wrapper_class, wrapper_kwargs=wrapper_kwargs,
+                        env_kwargs=env_kwargs)
     if frame_stack:
         envs = VecFrameStack(envs, n_stack=int(frame_stack))
     if normalize:
@@ -74,6 +76,28 @@ def layers(module: nn.Module) -> list[list]:
     return out
 
 
+def first_steps(optimizer) -> list[float]:
+    """A fresh copy of the policy's optimizer (its class and settings, lr 1) on one weight from 0 with a constant
+    gradient 0.01: the weight after each of its first three steps (what the optimizer's state starts at shows)."""
+    weight = th.zeros(1, dtype=th.float64, requires_grad=True)
+    fresh = type(optimizer)([weight], **{**optimizer.defaults, "lr": 1.0})
+    out = []
+    for _ in range(3):
+        weight.grad = th.full((1,), 0.01, dtype=th.float64)
+        fresh.step()
+        out.append(round(float(weight.detach()[0]), 9))
+    return out
+
+
+def noise_reset(algo: str, row: dict, env_id: str) -> bool:
+    """Whether the action noise restarts when an episode ends: SB3 learns on one-step episodes past learning_starts
+    and the noise's state is read (OrnsteinUhlenbeckActionNoise keeps it in noise_prev)."""
+    params = {**row, "learning_starts": 2}
+    model, _ = build(algo, params, env_id, max_episode_steps=1)
+    model.learn(12)
+    return bool(np.all(model.action_noise.noise_prev == 0))
+
+
 def describe(algo: str, model, envs) -> dict:
     d: dict = {"n_envs": envs.num_envs, "gamma": model.gamma, "lr_start": model.lr_schedule(1.0),
                "lr_half": model.lr_schedule(0.5)}
@@ -84,6 +108,10 @@ def describe(algo: str, model, envs) -> dict:
     d["optimizer_eps"] = group["eps"]
     if "alpha" in group:
         d["optimizer_alpha"] = group["alpha"]
+        d["optimizer_momentum"], d["optimizer_centered"] = group["momentum"], group["centered"]
+    if "betas" in group:
+        d["optimizer_betas"] = list(group["betas"])
+    d["optimizer_first_steps"] = first_steps(optimizer)
     norm = envs if isinstance(envs, VecNormalize) else None
     d["norm_obs"] = bool(norm and norm.norm_obs)
     d["norm_reward"] = bool(norm and norm.norm_reward)
@@ -96,6 +124,8 @@ def describe(algo: str, model, envs) -> dict:
         d["features"] = type(policy.features_extractor).__name__
         if hasattr(policy, "log_std"):
             d["log_std_init"] = float(policy.log_std.mean())
+        if model.use_sde:
+            d["use_expln"] = policy.dist_kwargs["use_expln"]
         for key in ("n_steps", "gae_lambda", "ent_coef", "vf_coef", "max_grad_norm", "normalize_advantage",
                     "use_sde", "sde_sample_freq", "batch_size", "n_epochs", "target_kl", "cg_max_steps",
                     "cg_damping", "line_search_shrinking_factor", "line_search_max_iter", "n_critic_updates",
@@ -130,6 +160,7 @@ def describe(algo: str, model, envs) -> dict:
             d["learn_ent_coef"] = model.log_ent_coef is not None
             if model.use_sde:
                 d["log_std_init"] = float(policy.actor.log_std.mean())
+                d["use_expln"], d["clip_mean"] = policy.actor.use_expln, policy.actor.clip_mean
     return d
 
 
@@ -137,8 +168,11 @@ def main() -> None:
     path, row_name, env_id = sys.argv[1:4]
     rows = yaml.safe_load(open(path))
     algo = path.rsplit("/", 1)[-1].split(".")[0]
-    model, envs = build(algo, rows[row_name], env_id)
-    print(json.dumps(describe(algo, model, envs)))
+    model, envs = build(algo, dict(rows[row_name]), env_id)
+    d = describe(algo, model, envs)
+    if isinstance(model.action_noise, OrnsteinUhlenbeckActionNoise):
+        d["noise_reset_at_episode_end"] = noise_reset(algo, dict(rows[row_name]), env_id)
+    print(json.dumps(d))
 
 
 if __name__ == "__main__":

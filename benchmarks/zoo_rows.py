@@ -41,6 +41,11 @@ EXPLAINED = {
 }
 
 
+# RL Zoo trains a file's `default` row (SB3's defaults) on every env without a row of its own; rlexp trains its
+# fallback preset there (conf/fallbacks/) and the row only when asked, as the run's first line says
+DEFAULT_ROW = "zoo.row=default (RL Zoo: every env without a row; rlexp: its fallback preset there)"
+
+
 def gymnasium_provides(env_id: str) -> str | None:
     """The gymnasium id (ale-py and MuJoCo registered) an RL Zoo row's env runs as, or None."""
     import ale_py
@@ -64,7 +69,7 @@ def every_row() -> list[dict]:
                 status, why = "mapped", ""
             except ZooRowError as error:
                 status, why = "refused", str(error).split(": ", 1)[1]
-            runs_as = "any ALE game" if key == "atari" else "every env without a row" if key == "default" else \
+            runs_as = "any ALE game" if key == "atari" else DEFAULT_ROW if key == "default" else \
                 gymnasium_provides(key.replace("NoVel", ""))
             if status == "mapped" and runs_as is None:
                 status, why = "refused", "the env is not in gymnasium, ale-py or MuJoCo (PyBullet, MiniGrid, ...)"
@@ -75,7 +80,8 @@ def every_row() -> list[dict]:
 
 
 # ----- rlexp's side -----------------------------------------------------------------------------------------
-def rlexp_agent(algo: str, key: str, env_id: str):
+def rlexp_agent(algo: str, key: str, env_id: str, after: dict | None = None):
+    """The agent rlexp builds from the row (`after`: keys set over the row's, e.g. a shorter warm-up)."""
     from hydra import compose, initialize_config_module
     from omegaconf import OmegaConf, open_dict
 
@@ -90,8 +96,35 @@ def rlexp_agent(algo: str, key: str, env_id: str):
     cfg = OmegaConf.merge(cfg, sections)
     with open_dict(cfg):
         cfg.model = OmegaConf.create(model)
+        for dotted, value in (after or {}).items():
+            OmegaConf.update(cfg, dotted, value)
     setup_tensorflow(cfg)
     return build_agent(cfg), cfg
+
+
+def first_steps(agent) -> list[float]:
+    """A fresh copy of the agent's optimizer (lr 1) on one weight from 0 with a constant gradient 0.01: the weight
+    after each of its first three steps (as benchmarks/sb3_zoo_row.py measures SB3's)."""
+    import tensorflow as tf
+
+    optimizer = agent.make_optimizer()
+    weight = tf.Variable([0.0])
+    optimizer.build([weight])
+    optimizer.learning_rate = 1.0
+    out = []
+    for _ in range(3):
+        optimizer.apply_gradients([(tf.constant([0.01]), weight)])
+        out.append(round(float(weight.numpy()[0]), 9))
+    return out
+
+
+def noise_reset(algo: str, key: str, env_id: str) -> bool:
+    """Whether the Ornstein-Uhlenbeck noise restarts when an episode ends: one-step episodes past a warm-up of 2."""
+    import numpy as np
+
+    agent, _ = rlexp_agent(algo, key, env_id, {"env.max_episode_steps": 1, "buffer.initial_size": 2})
+    agent.fit(12, progress="none", verbose=0)
+    return bool(np.all(agent.ou_noise.numpy() == 0))
 
 
 def dense_layers(model) -> list[list]:
@@ -115,8 +148,12 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
     d = {"n_envs": agent.n_envs, "gamma": agent.gamma, "lr_start": agent.lr,
          "lr_half": agent.lr * (0.5 if a.lr_schedule == "linear" else 1.0), "optimizer": kind,
          "optimizer_eps": eps}  # (Keras' RMSprop adds it inside the square root: compare() converts)
-    if kind == "RMSprop":
-        d["optimizer_alpha"] = float(optimizer.rho)
+    if kind.startswith("RMSprop"):
+        d.update(optimizer_alpha=float(optimizer.rho), optimizer_momentum=float(optimizer.momentum),
+                 optimizer_centered=bool(optimizer.centered))
+    else:
+        d["optimizer_betas"] = [float(optimizer.beta_1), float(optimizer.beta_2)]
+    d["optimizer_first_steps"] = first_steps(agent)
     d["norm_obs"], d["norm_reward"] = bool(a.normalize_obs), bool(a.normalize_reward)
     if d["norm_obs"] or d["norm_reward"]:
         d.update(norm_clip_obs=10.0, norm_clip_reward=10.0, norm_gamma=agent.gamma)  # rlexp.envs.normalize's
@@ -134,6 +171,8 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
     if algo in ("a2c", "ppo", "trpo"):
         d["ortho_init"] = cfg.model.initializer == "orthogonal"
         d["log_std_init"] = float(a.log_std_init)
+        if a.use_sde:
+            d["use_expln"] = agent.expln
         d.update(n_steps=agent.n_steps, gae_lambda=agent.lam, use_sde=bool(a.use_sde), sde_sample_freq=int(a.sde_sample_freq))
         if algo in ("a2c", "ppo"):
             d.update(ent_coef=agent.entropy_coef, vf_coef=agent.value_loss_coef / 2, max_grad_norm=agent.grad_norm)
@@ -166,6 +205,8 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
                 "OrnsteinUhlenbeckActionNoise" if agent.noise_type == "ornstein_uhlenbeck" else "NormalActionNoise",
                 agent.step_noise_coef]
             d.update(noise=noise, n_critics=agent.n_critics, use_sde=False, sde_sample_freq=-1)
+            if agent.noise_type == "ornstein_uhlenbeck" and agent.step_noise_coef:
+                d["noise_reset_at_episode_end"] = noise_reset(algo, key, env_id)
         if algo == "td3":
             d.update(policy_delay=agent.policy_delay, target_policy_noise=agent.policy_noise_coef,
                      target_noise_clip=agent.noise_clip)
@@ -177,9 +218,14 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
                      ent_coef_start=float(a.init_ent_coef if agent.learn_ent_coef else a.ent_coef),
                      target_entropy=float(agent.target_entropy))
             if agent.sde:
-                d["log_std_init"] = agent.log_std_init
+                d.update(log_std_init=agent.log_std_init, use_expln=agent.expln, clip_mean=agent.clip_mean)
     return d
 
+
+# a difference that changes training, said as such (rlexp's agent.optimizer=adam_torch is PyTorch's Adam)
+KERAS_ADAM = ("differs: Keras' Adam adds epsilon to the root of the uncorrected second moment, PyTorch's to the "
+              "bias-corrected one, so rlexp's epsilon acts as PyTorch's x sqrt(1 - beta2^t): early steps are smaller "
+              "where gradients are near epsilon (agent.optimizer=adam_torch steps as PyTorch's)")
 
 SB3_LAYER_NAMES = {"ReLU": "relu", "Tanh": "tanh", "GELU": "gelu", "ELU": "elu", None: None}
 WITH_OUTPUT = {"actor_layers", "critic_layers", "q_layers"}  # SB3 lists these with their output layer
@@ -203,10 +249,9 @@ def compare(algo: str, sb3: dict, ours: dict) -> list[tuple[str, str, str, str]]
         if name == "optimizer_eps" and ours.get("optimizer") == "RMSprop" and sb3["optimizer"] == "RMSprop":
             mine = math.sqrt(mine)  # PyTorch's epsilon outside the square root
         same = same_value(mine, theirs)
-        if name == "optimizer" and {mine, theirs} == {"RMSprop", "RMSpropTFLike"}:
-            same, note = True, "TensorFlow's RMSprop (epsilon inside the square root), as Keras'"
-        else:
-            note = "same" if same else EXPLAINED.get((algo, name), "DIFFERENT")
+        note = "same" if same else EXPLAINED.get((algo, name), "DIFFERENT")
+        if not same and name == "optimizer_first_steps" and ours["optimizer"] == "Adam":
+            note = KERAS_ADAM
         rows.append((name, repr(theirs), repr(mine), note))
     for name, theirs in sb3.items():
         if name.endswith("_layers"):
@@ -248,12 +293,18 @@ def main() -> None:
     lines += [f"| {r['file']} | {r['row']} | {r['status']} | {r['runs_as']} | {r['why']} |" for r in rows]
     lines.append("\n## rlexp's agent against SB3's model, one row per algorithm\n")
     lines.append("Each attribute in SB3's convention (rlexp's value converted: value_loss_coef / 2 = vf_coef, "
-                 "n_steps x n_envs / mini_batches = batch_size, sqrt of Keras' RMSprop epsilon = PyTorch's).\n")
+                 "n_steps x n_envs / mini_batches = batch_size, sqrt of Keras' RMSprop epsilon = PyTorch's). Two are "
+                 "measured on both sides rather than read: optimizer_first_steps (a fresh copy of the optimizer, "
+                 "lr 1, on one weight from 0 with a constant gradient 0.01: the weight after each of its first three "
+                 "steps, which shows where its state starts) and noise_reset_at_episode_end (the Ornstein-Uhlenbeck "
+                 "noise's state after one-step episodes past a warm-up of 2 steps: zero where it restarts).\n")
     for algo, key, env_id in COMPARED:
         sb3, ours = sb3_side(opts.sb3_python, algo, key, env_id), rlexp_side(algo, key, env_id)
         table = compare(algo, sb3, ours)
         different = [r for r in table if r[3] == "DIFFERENT"]
-        lines.append(f"### {algo}.yml {key} on {env_id}: {len(different)} unexplained differences\n")
+        differs = [r for r in table if r[3].startswith("differs")]
+        lines.append(f"### {algo}.yml {key} on {env_id}: {len(different)} unexplained differences, {len(differs)} "
+                     "explained that change training\n")
         lines += ["| attribute | SB3 | rlexp | |", "|---|---|---|---|"]
         lines += [f"| {a} | {t} | {m} | {v} |" for a, t, m, v in table]
         lines.append("")

@@ -1,6 +1,9 @@
 """The base loop's bookkeeping: plateau LR reduction, early stopping, target reward (truncation bootstrapping:
 test_truncation.py)."""
-from rlexp.agents import PPO
+import pytest
+
+from rlexp.agents import DDPG, DQN, PPO
+from rlexp.buffers import ReplayBuffer
 from rlexp.envs.make import make_envs
 
 
@@ -86,3 +89,18 @@ def test_schedule_steps_sets_the_linear_schedules_horizon():
         assert abs(float(agent.optimizer.learning_rate) - 1e-3 * fraction) < 1e-9
         assert abs(float(agent.clip_range) - 0.2 * fraction) < 1e-7
         assert agent.current_lr() == 1e-3 * (1 - 64 / (schedule_steps or 64))
+
+
+@pytest.mark.parametrize("make, max_steps, steps", [
+    # on-policy: whole rollouts of n_steps x n_envs = 16 steps, the last one past max_steps by up to 15
+    (lambda: PPO(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, n_steps=8, mini_batches=1), 17, 32),
+    # off-policy: the warm-up to initial_size=4 (2 vector steps), then cycles of train_freq x n_envs = 6 steps,
+    # the last one past max_steps by up to 5
+    (lambda: DDPG(make_envs("Pendulum-v1", n_envs=2, seed=0, vectorization="sync"), model="mlp",
+                  buffer=ReplayBuffer(100, 4, 4), seed=0, train_freq=3), 13, 16),
+    # DQN: iterations of train_freq x n_envs = 8 steps, the last one past max_steps by up to 7
+    (lambda: DQN(make_envs("CartPole-v1", n_envs=2, seed=0), model="mlp", buffer=ReplayBuffer(100, 4, 4), seed=0,
+                 train_freq=4), 9, 16),
+])
+def test_a_fit_passes_max_steps_by_less_than_its_last_rollout_or_cycle(make, max_steps, steps):
+    assert make().fit(max_steps, progress="none")["steps"] == steps

@@ -393,12 +393,46 @@ def test_ppo_kl_threshold_stops_epochs_and_kl_adaptive_moves_the_lr():
     agent = PPO(envs, seed=0, n_steps=16, mini_batches=2, ppo_epochs=10, lr=1e-2, kl_threshold=1e-9,
                 lr_schedule="kl_adaptive", kl_target=1e-9)
     batch = agent.collect()
-    assert float(tf.function(agent.update)(batch)["epochs"]) == 1.0  # the first epoch's KL exceeds the threshold
+    assert float(tf.function(agent.update)(batch)["epochs"]) == 1.0  # the second minibatch's KL exceeds it
     agent.kl_threshold = None
     assert float(tf.function(agent.update)(batch)["epochs"]) == 10.0
     agent.max_steps = 10_000
     agent.train_iteration()
     assert agent.adaptive_scale < 1.0 and agent.current_lr() < 1e-2
+
+
+@pytest.mark.parametrize("mini_batches, epochs, script, steps, kl", [
+    (4, 4, [0.0, 0.0, 0.3, 0.0], 2, 0.1),  # an epoch's mean, 0.075, stays under 0.1; its third minibatch does not
+    (2, 3, [0.0, 0.05, 0.08, 0.3, 0.0, 0.0], 3, 0.1075),  # the second epoch's mean passes 0.1 after its last step
+    (1, 4, [0.0, 0.05, 0.2, 0.0], 2, 0.25 / 3),  # one minibatch an epoch
+])
+def test_ppo_kl_threshold_stops_before_the_first_minibatch_past_it(mini_batches, epochs, script, steps, kl):
+    """SB3's PPO: the first minibatch whose approximate KL exceeds 1.5 x target_kl (here kl_threshold=0.1) takes
+    no gradient step and ends the update, epochs included; the minibatches' KLs are scripted, in the order they
+    are evaluated, so the gradient steps counted are those SB3 takes on them."""
+    from rlexp.agents import PPO
+    from rlexp.agents.distributions import no_autograph
+
+    class ScriptedKL(PPO):
+        @no_autograph
+        def loss(self, *minibatch):
+            loss, metrics = super().loss(*minibatch)
+            kl = tf.constant(script, tf.float32)[self.evaluated.read_value()]
+            self.evaluated.assign_add(1)
+            return loss, metrics | {"approx_kl": kl}
+
+    tiny = {"layers": [{"units": 8, "activation": "tanh"}, {"output": True}]}
+    agent = ScriptedKL(make_envs("CartPole-v1", n_envs=2, seed=0), seed=0, n_steps=8, mini_batches=mini_batches,
+                       ppo_epochs=epochs, kl_threshold=0.1, model=tiny)
+    agent.evaluated = tf.Variable(0)
+    batch = agent.collect()
+    before = [v.numpy() for v in agent.trainable_variables()]
+    metrics = tf.function(agent.update)(batch)
+    assert int(agent.optimizer.iterations) == steps
+    assert int(agent.evaluated) == steps + 1  # the minibatch past the threshold is evaluated, not stepped on
+    assert float(metrics["epochs"]) == -(-(steps + 1) // mini_batches)  # epochs begun, as SB3's n_updates
+    np.testing.assert_allclose(float(metrics["approx_kl"]), kl, rtol=1e-6)  # the mean over those evaluated
+    assert any(not np.array_equal(b, v.numpy()) for b, v in zip(before, agent.trainable_variables()))
 
 
 def test_state_dependent_std_policy_head():

@@ -183,7 +183,7 @@ def test_kill_then_resume_continues_the_history(tmp_path):
     (["env.id=NoSuchEnv-v0"], "env.id='NoSuchEnv-v0' is not a registered gymnasium id"),
     (["mode=play"], "train first"),
     (["mode=play", "+checkpoint=no/such/run"], "does not exist"),
-    (["+resume=no/such/run"], "no checkpoint"),
+    (["+resume=no/such/run"], "+resume=no/such/run: no such run dir "),
     (["buffer.initial_size=500", "buffer.max_size=100", "agent=dqn"], "initial_size=500 is greater"),
     (["model=nature_cnn"], "conv layers but the observations are vectors"),
     (["agent=nosuch"], "agent presets: a2c, acer, ddpg"),

@@ -79,6 +79,54 @@ def test_top_level_values_are_refused(key, value, message):
         check_command(cfg)
 
 
+@pytest.mark.parametrize("key, value, message", [
+    ("zoo.rows", "maybe", "zoo.rows='maybe' must be true or false"),
+    ("zoo.rows", 1, "zoo.rows=1 must be true or false"),
+    ("render", "maybe", "+render='maybe' must be true or false"),
+    ("zoo", 5, "zoo=5: zoo is a section of settings; set its keys instead, e.g. zoo.rows=false"),
+])
+def test_switches_take_true_or_false_only(key, value, message):
+    """A word that is not a boolean trained silently (zoo.rows=maybe: the rows on) or played on screen
+    (+render=maybe)."""
+    from rlexp.checks.values import check_command
+
+    cfg = shipped_config()
+    OmegaConf.update(cfg, key, value, force_add=True)
+    with pytest.raises(UserError) as error:
+        check_command(cfg)
+    assert str(error.value) == message
+    for flag in (True, False):
+        cfg = shipped_config()
+        OmegaConf.update(cfg, key if key != "zoo" else "zoo.rows", flag, force_add=True)
+        check_command(cfg)
+
+
+def test_a_group_without_a_default_given_without_its_plus_is_one_line():
+    from hydra.errors import ConfigCompositionException
+
+    from rlexp.errors import hydra_error_line
+
+    error = ConfigCompositionException("Could not override 'sweep'. No match in the defaults list.\n"
+                                       "To append to your default list use +sweep=ppo")
+    assert hydra_error_line(error) == "sweep=ppo: sweep is a config group without a default; add it with +sweep=ppo"
+
+
+@pytest.mark.parametrize("override, message", [
+    ("+resum=outputs/x", "+resum: no such option; did you mean +resume=outputs/x?"),
+    ("+video_dri=videos/", "+video_dri: no such option; did you mean +video_dir=videos/?"),
+    ("+checkpoints=outputs/x", "+checkpoints: no such option; did you mean +checkpoint=outputs/x?"),
+])
+def test_a_misspelt_plus_option_is_refused(override, message):
+    """Hydra adds any key given with a +: +resum=<run dir> started a new run, +video_dri= played without a video."""
+    from rlexp.checks.values import check_plus_options
+
+    with pytest.raises(UserError) as error:
+        check_plus_options([override, "agent.lr=1e-3"])
+    assert str(error.value) == message
+    check_plus_options(["+resume=outputs/x", "+video_dir=videos/", "+my_tag=x", "+env.kwargs.foo=1",
+                        "run.max_steps=5"])
+
+
 @pytest.mark.parametrize("args, expected", [
     (["agent=ppo", "--config-dir", "x", "seed=1"], ["--config-dir", "x", "agent=ppo", "seed=1"]),
     (["agent=ppo", "-m", "seed=0,1", "-cd", "x"], ["-m", "-cd", "x", "agent=ppo", "seed=0,1"]),
@@ -162,10 +210,14 @@ def one_error_line(result) -> str:
                                        "integer from 0 to 4294967295"),
     (["hydra.run.dir=/proc/rlexp-run"], "error: hydra.run.dir=/proc/rlexp-run: can't make /proc/rlexp-run ("),
     (["run_dir=/proc/rlexp-run"], "error: run_dir=/proc/rlexp-run: /proc "),  # root: can't hold a new directory
+    (["mode=play", "video_dir=videos/"], "error: video_dir: no such setting; did you mean +video_dir=videos/?"),
+    (["render=true"], "error: render: no such setting; did you mean +render=true?"),
+    (["zoo.rows=maybe"], "error: zoo.rows='maybe' must be true or false"),
 ], ids=["max-steps-inf", "target-nan", "eval-deterministic-int", "play-section", "fallback", "env-kwargs-refused",
         "env-kwargs-type", "config-dir-missing", "init-dir-under-file", "preset-typo", "key-typo",
         "key-in-other-section", "run-key-typo", "plus-on-existing-key", "new-env-kwarg", "key-below-a-value",
-        "new-key-below-a-value", "n-envs-type", "seed-range", "hydra-run-dir-unwritable", "run-dir-unwritable"])
+        "new-key-below-a-value", "n-envs-type", "seed-range", "hydra-run-dir-unwritable", "run-dir-unwritable",
+        "plus-option-without-plus", "plus-option-not-run-dir", "switch-not-boolean"])
 def test_bad_command_line_is_one_line_on_stderr(tmp_path, args, message):
     (tmp_path / "blocker").write_text("x")
     result = rlexp(tmp_path, *args, "run.max_steps=100" if not args[0].startswith("run.max_step") else "seed=0")

@@ -86,7 +86,7 @@ def test_agent_preset_defaults_agree_with_code(agent):
     if not cls.recurrent_models:
         not_options.add("sequence_length")
     if "continuous" not in cls.action_spaces:
-        not_options |= {"log_std_init", "state_dependent_std", "use_sde", "sde_sample_freq"}
+        not_options |= {"log_std_init", "state_dependent_std", "use_sde", "sde_sample_freq", "use_expln"}
     missing = {k for k in code if k not in preset} - not_options
     assert not missing, f"constructor options missing from conf/agent/{agent}.yaml: {missing}"
     for key, value in preset.items():
@@ -236,3 +236,147 @@ def test_the_cartpole_novel_preset_takes_sb3_s_adam_epsilon():
     c = cfg("agent=ppo", "env=cartpole_novel", "model=lstm")
     assert c.agent.opt_epsilon == 1e-5 and c.agent.n_steps == 32 and c.agent.normalize_obs is True
     assert cfg("agent=ppo", "env=cartpole").agent.opt_epsilon == 1e-7
+
+
+@pytest.mark.parametrize("args, added", [
+    (["agent=a2c", "env.id=Acrobot-v1"], "env=acrobot"),  # its preset, tuned/a2c_acrobot.yaml with it
+    (["env.id=CartPole-v1"], "env=cartpole"),  # the id's own preset, not cartpole_novel (which inherits it)
+    (["env.id=MountainCar-v0"], "env=generic"),  # no preset: as env=generic env.id=MountainCar-v0
+    (["-m", "env.id=Acrobot-v1,MountainCar-v0"], "env=generic"),  # a sweep over ids: each as env=generic
+    (["env=cartpole", "env.id=Acrobot-v1"], None),  # env= given: the run checks the two agree
+    (["env=generic", "env.id=Acrobot-v1"], None),
+    (["+resume=outputs/r", "env.id=Acrobot-v1"], None),  # a resumed run keeps its env
+    (["agent.lr=1e-3"], None),
+])
+def test_an_env_id_alone_picks_its_env_preset(args, added):
+    """env.id=Acrobot-v1 alone trained Acrobot under env=cartpole's tuned preset, stop rule and run name."""
+    assert main_module.with_env_preset(args) == args + ([added] if added else [])
+
+
+def test_an_env_id_picks_your_own_preset_first(tmp_path):
+    from rlexp.presets.sources import env_preset_for_id
+
+    (tmp_path / "env").mkdir()
+    (tmp_path / "env" / "corridor.yaml").write_text("defaults: [generic]\nid: my_envs:Corridor-v0\n")
+    (tmp_path / "env" / "acrobot.yaml").write_text("defaults: [generic]\nid: Acrobot-v0\n")  # yours replaces it
+    assert main_module.with_env_preset(["--config-dir", str(tmp_path), "env.id=my_envs:Corridor-v0"])[-1] == \
+        "env=corridor"
+    assert env_preset_for_id("Acrobot-v1", str(tmp_path)) is None
+    assert env_preset_for_id("Acrobot-v1") == "acrobot"
+
+
+def test_an_env_id_that_is_not_the_chosen_presets_is_refused_and_its_own_preset_trains_it():
+    """env=cartpole env.id=Acrobot-v1 is one line naming the preset to use; env=acrobot (what env.id=Acrobot-v1
+    alone now composes) trains Acrobot's row with no CartPole stop rule, in a run dir named after acrobot."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlexp.presets.complete import check_presets
+    from rlexp.presets.fallbacks import apply_fallback
+
+    with initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        mixed = compose(config_name="config", overrides=["env=cartpole", "env.id=Acrobot-v1"],
+                        return_hydra_config=True)
+        HydraConfig.instance().set_config(mixed)
+        with pytest.raises(UserError) as error:
+            check_presets(mixed, dict(mixed.hydra.runtime.choices))
+        overrides = main_module.with_env_preset(["env.id=Acrobot-v1"])
+        own = compose(config_name="config", overrides=overrides, return_hydra_config=True)
+        HydraConfig.instance().set_config(own)
+        check_presets(own, dict(own.hydra.runtime.choices))
+        trains, line = apply_fallback(own, dict(own.hydra.runtime.choices), overrides)
+        name = own.run_name
+    assert str(error.value) == ("env.id=Acrobot-v1: env=cartpole is the preset of CartPole-v1 (its tuned presets and "
+                                "the run's name are CartPole-v1's); train Acrobot-v1 with env=acrobot, its preset")
+    assert line == "RL Zoo's row for ppo+acrobot: ppo.yml Acrobot-v1 (rl-baselines3-zoo 2.9.0a2)"
+    assert trains.env.id == "Acrobot-v1" and trains.run.target_reward is None and name == "ppo_acrobot"
+
+
+def shipped(name: str) -> str:
+    from importlib import resources
+
+    return resources.files("rlexp.conf").joinpath(name).read_text()
+
+
+def trained_with_own(config_dir, monkeypatch, caplog, *overrides):
+    """`trained` with --config-dir `config_dir` (your presets first); also the lines the merge logged."""
+    import logging
+
+    monkeypatch.setattr("sys.argv", ["rlexp", "--config-dir", str(config_dir), *overrides])
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlexp.presets.fallbacks import apply_fallback
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="rlexp"), \
+            initialize_config_module(config_module="rlexp.conf", version_base="1.3"):
+        c = compose(config_name="config", overrides=list(overrides), return_hydra_config=True)
+        HydraConfig.instance().set_config(c)
+        merged, line = apply_fallback(c, dict(c.hydra.runtime.choices), list(overrides))
+    said = [r.getMessage() for r in caplog.records if r.name == "rlexp"]
+    return merged, [*said, line]
+
+
+def test_your_own_edited_presets_win_over_the_shipped_row_and_tuned_preset(tmp_path, monkeypatch, caplog):
+    """RL Zoo's CartPole row sets gae_lambda 0.8 and lr lin_0.001 (and tuned/ppo_cartpole.yaml the stop rule 475):
+    unchanged copies (mode=init) change nothing; a lam changed in your agent/ppo.yaml and an lr changed in your
+    agent_base.yaml win over the row, said in one line; the command line wins over both. Before, the row's values
+    replaced yours and a line told you to repeat them on the command line."""
+    (tmp_path / "agent").mkdir()
+    (tmp_path / "tuned").mkdir()
+    (tmp_path / "agent" / "ppo.yaml").write_text(shipped("agent/ppo.yaml"))
+    (tmp_path / "agent_base.yaml").write_text(shipped("agent_base.yaml"))
+    (tmp_path / "tuned" / "ppo_cartpole.yaml").write_text(shipped("tuned/ppo_cartpole.yaml"))
+    copy = tmp_path / "tuned" / "ppo_cartpole.yaml"
+    cfg, said = trained_with_own(tmp_path, monkeypatch, caplog)
+    assert (cfg.agent.lam, cfg.agent.lr, cfg.agent.n_steps, cfg.run.target_reward) == (0.8, 1e-3, 32, 475)
+    assert said == [f"RL Zoo's row for ppo+cartpole: ppo.yml CartPole-v1 (rl-baselines3-zoo 2.9.0a2), with "
+                    f"tuned/ppo_cartpole.yaml (your unchanged copy: {copy}) over it"]
+
+    for name, old, new in (("agent/ppo.yaml", "lam: 0.95 ", "lam: 0.9  "),
+                           ("agent_base.yaml", "lr: 7.0e-4 ", "lr: 5.0e-4 ")):
+        text = (tmp_path / name).read_text()
+        assert old in text
+        (tmp_path / name).write_text(text.replace(old, new))
+    cfg, said = trained_with_own(tmp_path, monkeypatch, caplog)
+    assert (cfg.agent.lam, cfg.agent.lr, cfg.agent.n_steps, cfg.run.target_reward) == (0.9, 5e-4, 32, 475)
+    assert said[0] == (f"your own presets win over RL Zoo's row ppo.yml CartPole-v1: agent.lam 0.9 (its 0.8) from "
+                       f"{tmp_path}/agent/ppo.yaml; agent.lr 0.0005 (its 0.001) from {tmp_path}/agent_base.yaml")
+    cfg, said = trained_with_own(tmp_path, monkeypatch, caplog, "agent.lam=0.85")
+    assert (cfg.agent.lam, cfg.agent.lr) == (0.85, 5e-4)
+    assert said[0] == (f"your own presets win over RL Zoo's row ppo.yml CartPole-v1: agent.lr 0.0005 (its 0.001) "
+                       f"from {tmp_path}/agent_base.yaml")
+
+    # your own tuned preset (changed from rlexp's) stays over the row, as its first lines say, and over your presets
+    copy.write_text(shipped("tuned/ppo_cartpole.yaml").replace("run: {target_reward: 475}",
+                                                               "run: {target_reward: 400}\nagent: {lam: 0.7}"))
+    cfg, said = trained_with_own(tmp_path, monkeypatch, caplog)
+    assert (cfg.agent.lam, cfg.agent.lr, cfg.agent.n_steps, cfg.run.target_reward) == (0.7, 5e-4, 32, 400)
+    assert said == [f"your own presets win over RL Zoo's row ppo.yml CartPole-v1: agent.lr 0.0005 (its 0.001) from "
+                    f"{tmp_path}/agent_base.yaml",
+                    f"tuned/ppo_cartpole.yaml sets agent.lam ({tmp_path}/agent/ppo.yaml) over your own presets: set "
+                    "them on the command line to keep yours",
+                    f"RL Zoo's row for ppo+cartpole: ppo.yml CartPole-v1 (rl-baselines3-zoo 2.9.0a2), with "
+                    f"tuned/ppo_cartpole.yaml (your own: {copy}) over it"]
+
+
+def test_your_own_edited_agent_preset_wins_over_a_shipped_tuned_preset(tmp_path, monkeypatch, caplog):
+    """tuned/acer_cartpole.yaml (the pair's whole values, no row) sets entropy_coef 0.0 over agent/acer.yaml's."""
+    (tmp_path / "agent").mkdir()
+    text = shipped("agent/acer.yaml")
+    assert "entropy_coef: 0.01 " in text
+    (tmp_path / "agent" / "acer.yaml").write_text(text.replace("entropy_coef: 0.01 ", "entropy_coef: 0.02 "))
+    cfg, said = trained_with_own(tmp_path, monkeypatch, caplog, "agent=acer", "env=cartpole")
+    assert cfg.agent.entropy_coef == 0.02 and cfg.agent.trust_region is False  # yours; the tuned preset's
+    assert said == [f"your own presets win over tuned/acer_cartpole.yaml: agent.entropy_coef 0.02 (its 0.0) from "
+                    f"{tmp_path}/agent/acer.yaml", "tuned preset for acer+cartpole: tuned/acer_cartpole.yaml "
+                    "(shipped with rlexp)"]
+
+
+def test_a2c_rows_rmsprop_epsilon_is_saved_as_written():
+    """RL Zoo's A2C rows: PyTorch's RMSprop eps 1e-5 (outside the root) is Keras' 1e-10 (inside it); squaring the
+    float saved `opt_epsilon: 1.0000000000000002e-10` in the run config."""
+    from omegaconf import OmegaConf
+
+    c = trained("agent=a2c", "env=cartpole")
+    assert c.agent.optimizer == "rmsprop" and c.agent.opt_epsilon == 1e-10
+    assert "opt_epsilon: 1.0e-10\n" in OmegaConf.to_yaml(c.agent)

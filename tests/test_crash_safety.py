@@ -61,8 +61,8 @@ def test_a_write_failure_says_which_checkpoint_resume_will_use(tmp_path):
 
 @pytest.mark.e2e
 def test_a_full_disk_before_the_first_last_checkpoint_then_resume(tmp_path):
-    """DQN's best.ckpt (weights, ~0.55 MB) fits under the file-size limit, its last.ckpt (with the replay buffer,
-    ~1.2 MB) doesn't: the run ends with one line saying there is no checkpoint to resume from yet, and +resume
+    """DQN's last.ckpt (with the replay buffer, ~1.2 MB), written after the first iteration, does not fit under
+    the file-size limit: the run ends with one line saying there is no checkpoint to resume from yet, and +resume
     (with space again) trains the run from step 0 in the same dir."""
     args = [*TINY_DQN, "run.max_steps=3000", "run.checkpoint_interval=1000", "run_dir=outputs/full"]
     full = cli_limited(tmp_path, *args, max_file_size=800_000)
@@ -70,17 +70,68 @@ def test_a_full_disk_before_the_first_last_checkpoint_then_resume(tmp_path):
     assert full.returncode == 1, full.stderr[-3000:]
     assert one_line(full) == (
         f"error: could not write {run}/checkpoints/last.ckpt: File too large; the run has no checkpoint to resume "
-        f"from yet ({run}/checkpoints/best.ckpt holds weights only): free space (or fix permissions), then "
-        f"python -m rlexp +resume={run} trains it again from step 0")
-    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == ["best.ckpt"]  # no half-written file
+        f"from yet: free space (or fix permissions), then python -m rlexp +resume={run} trains it again from step 0")
+    assert sorted(p.name for p in (run / "checkpoints").iterdir()) == []  # no half-written file
     resumed = cli(tmp_path, f"+resume={run}")
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert f"{run} has no checkpoint yet: training it again from step 0 with its config" in resumed.stdout
+    assert f"{run} has no checkpoint to resume yet: training it again from step 0 with its config" in resumed.stdout
     from rlexp.agents.base import Agent
 
     assert Agent.read_state(run / "checkpoints" / "last.ckpt")["steps"] >= 3000
     assert history_is_consistent(run)["step"].max() < 3000 + 200
     assert [p.name for p in (tmp_path / "outputs").iterdir()] == ["full"]
+
+
+# ----- a crash (kill -9) ----------------------------------------------------------------------------------
+class Killed(BaseException):
+    """A crash inside the loop: nothing after it runs (no final checkpoint), as with kill -9."""
+
+
+def test_a_crash_after_the_first_iterations_leaves_a_checkpoint_to_resume(tmp_path):
+    """With an interval far longer than the run, last.ckpt is still written after the first iteration (one fused
+    call of rollouts): a crash during the third loses two iterations, not the run. Before, a run killed within its
+    first interval (30 s by default) had no last.ckpt at all and +resume trained it again from step 0."""
+    from rlexp.runs.checkpoints import resume_checkpoint
+
+    agent = ppo()
+    train, steps = agent.train_iteration, []
+
+    def crash_in_the_third():
+        if len(steps) == 2:
+            raise Killed
+        metrics = train()
+        steps.append(agent.steps)
+        return metrics
+
+    agent.train_iteration = crash_in_the_third
+    with pytest.raises(Killed):
+        agent.fit(max_steps=10_000, run_dir=tmp_path, checkpoint_interval=3600, progress="none")
+    assert resume_checkpoint(tmp_path, "+resume=r") == tmp_path / "checkpoints" / "last.ckpt"
+    assert 0 < steps[0] < steps[1]
+    assert agent.read_state(tmp_path / "checkpoints" / "last.ckpt")["steps"] == steps[0]
+
+
+def test_a_checkpoint_that_is_slow_to_write_is_written_less_often():
+    """run.checkpoint_interval, unless writing one takes more than 2% of it: then 50x its write time."""
+    from rlexp.runs.checkpoints import checkpoint_wait
+
+    assert checkpoint_wait(10, 0.03) == 10  # a PPO CartPole checkpoint: ~30 ms
+    assert checkpoint_wait(10, 0.2) == 10  # exactly 2%
+    assert checkpoint_wait(10, 1.0) == pytest.approx(50.0)  # a replay buffer of ~300 MB: ~1 s
+    assert checkpoint_wait(0, 1.0) == 0  # 0: after every iteration, as asked
+
+
+def test_readme_states_the_default_checkpoint_interval():
+    from pathlib import Path
+
+    import yaml
+
+    root = Path(__file__).resolve().parent.parent
+    interval = yaml.safe_load((root / "conf" / "config.yaml").read_text())["run"]["checkpoint_interval"]
+    assert interval == 10
+    assert f"checkpoints after the first iteration, then every {interval} s (`run.checkpoint_interval`" in (
+        root / "README.md").read_text()
+    assert f"every `run.checkpoint_interval` seconds (default {interval};" in (root / "docs" / "safety.md").read_text()
 
 
 # ----- a damaged checkpoint -------------------------------------------------------------------------------

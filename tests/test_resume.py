@@ -151,3 +151,28 @@ def test_a_resumed_recurrent_run_starts_its_reset_envs_from_zero_states(tmp_path
     np.testing.assert_array_equal(batch["starts"].numpy()[0], [1.0, 1.0])
     for i, state in enumerate(resumed.rnn_states):
         np.testing.assert_array_equal(batch[f"state_{i}"].numpy()[0], np.zeros(state.shape))
+
+
+def test_resume_names_a_missing_run_dir_a_file_and_a_folder_that_is_no_run(tmp_path):
+    """+resume= on a folder that does not exist said `no checkpoint at <folder>/checkpoints/last.ckpt`."""
+    from rlexp.commands.train import check_run_dir
+    from rlexp.errors import UserError
+
+    where = "pass the run dir of a training run (outputs/<date>/<time>_<agent>_<env>)"
+    with pytest.raises(UserError) as error:
+        check_run_dir(tmp_path / "no" / "such", "+resume=no/such")
+    assert str(error.value) == f"+resume=no/such: no such run dir {tmp_path}/no/such; {where}"
+    run = tmp_path / "run"
+    (run / ".hydra").mkdir(parents=True)
+    (run / ".hydra" / "config.yaml").write_text("seed: 0\n")
+    (run / "checkpoints").mkdir()
+    (run / "checkpoints" / "last.ckpt").write_bytes(b"")
+    with pytest.raises(UserError) as error:
+        check_run_dir(run / "checkpoints" / "last.ckpt", "+resume=x")
+    assert str(error.value) == f"+resume=x: {run}/checkpoints/last.ckpt is a file; resume its run with +resume={run}"
+    (tmp_path / "empty").mkdir()
+    with pytest.raises(UserError) as error:
+        check_run_dir(tmp_path / "empty", "+resume=empty")
+    assert str(error.value) == (f"+resume=empty: {tmp_path}/empty is not a run dir (it has no checkpoints/last.ckpt "
+                                f"or .hydra/config.yaml); {where}")
+    check_run_dir(run, "+resume=run")

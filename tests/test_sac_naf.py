@@ -140,7 +140,7 @@ def test_ornstein_uhlenbeck_exploration_follows_its_recursion():
 
 
 def test_sac_gsde_log_prob_and_noise_held_between_draws():
-    agent = small_sac(use_sde=True, sde_sample_freq=2, log_std_init=-1.0)
+    agent = small_sac(use_sde=True, sde_sample_freq=2, log_std_init=-1.0, train_freq=4)
     obs = np.random.default_rng(2).normal(size=(4, 3)).astype(np.float32)
     mean, features = (x.numpy() for x in agent.actor(obs))
     std = np.exp(agent.log_std.numpy())
@@ -156,6 +156,21 @@ def test_sac_gsde_log_prob_and_noise_held_between_draws():
     matrix = agent.sde_noise.numpy()[0]
     np.testing.assert_allclose(third, np.tanh(np.clip(mean[:1], -2, 2) + features[:1] @ matrix), rtol=1e-5)
     assert set(agent.resume_variables()) == {"sde_noise", "sde_steps"} and "log_std" in agent.extra_variables()
+
+
+def test_sac_gsde_draws_fresh_noise_at_each_update_phase_as_sb3s_collect_rollouts():
+    """SB3's SAC draws gSDE noise at the start of each collect_rollouts (train_freq env steps) and every
+    sde_sample_freq steps counted from it: train_freq=3, sde_sample_freq=2 draws at steps 0, 2 | 3, 5 | 6, 8; with
+    sde_sample_freq=-1 once a phase: 0 | 3 | 6."""
+    one = np.zeros((1, 3), np.float32)
+    for freq, draws in ((2, [0, 2, 3, 5, 6, 8]), (-1, [0, 3, 6])):
+        agent = small_sac(use_sde=True, sde_sample_freq=freq, log_std_init=-1.0, train_freq=3)
+        matrices = []
+        for _ in range(9):
+            agent.explore(one)
+            matrices.append(agent.sde_noise.numpy().copy())
+        drawn = [0] + [t for t in range(1, 9) if not np.array_equal(matrices[t], matrices[t - 1])]
+        assert drawn == draws, freq
 
 
 def test_sac_preset_warms_up_with_learning_starts_random_steps_as_sb3():

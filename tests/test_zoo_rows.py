@@ -4,6 +4,7 @@ Keras' RMSprop epsilon inside the square root); refused keys; a user's own file;
 import math
 from pathlib import Path
 
+import numpy as np
 import pytest
 from forked_cli import run_cli
 import yaml
@@ -51,7 +52,7 @@ def test_a2c_atari_row():
     env, a = t["env"], t["agent"]
     assert env["preprocess"] is True and env["frame_stack"] == 4 and env["n_envs"] == 16
     assert env["life_loss_terminal"] is True and env["clip_rewards"] is True and env["noop_max"] == 30
-    assert a["optimizer"] == "rmsprop" and a["opt_epsilon"] == 1e-5  # RMSpropTFLike: inside the root already
+    assert a["optimizer"] == "rmsprop_tf" and a["opt_epsilon"] == 1e-5  # RMSpropTFLike: TensorFlow 1's RMSProp
     assert a["value_loss_coef"] == 0.5 and a["entropy_coef"] == 0.01 and a["n_steps"] == 5 and a["lam"] == 1.0
     assert t["run"]["max_steps"] == 10_000_000
     convs = [layer for layer in t["model"]["layers"] if layer["type"] == "conv"]
@@ -170,9 +171,10 @@ def test_a_shipped_row_trains_and_a_users_file_wins(tmp_path):
 
 
 @pytest.mark.e2e
-def test_a_users_agent_preset_overridden_by_a_row_or_a_tuned_preset_is_said(tmp_path):
-    """myconf/agent/td3.yaml changes lr (which RL Zoo's Pendulum row sets) and opt_epsilon (which the user's
-    tuned/td3_pendulum.yaml sets over the row): one line for each layer, naming it, the key and the user's file."""
+def test_a_users_agent_preset_over_a_row_and_under_their_tuned_preset_is_said(tmp_path):
+    """myconf/agent/td3.yaml changes lr (which RL Zoo's Pendulum row sets: the user's value wins over the shipped
+    row) and opt_epsilon (which the user's own tuned/td3_pendulum.yaml sets over the row: that one wins): one line
+    for each layer, naming it, the key and the user's file."""
     (tmp_path / "my/agent").mkdir(parents=True)
     (tmp_path / "my/tuned").mkdir()
     (tmp_path / "my/tuned/td3_pendulum.yaml").write_text(
@@ -185,13 +187,13 @@ def test_a_users_agent_preset_overridden_by_a_row_or_a_tuned_preset_is_said(tmp_
                    "buffer.initial_size=100", "run.eval_episodes=1", "run.progress=none", "run_dir=outputs/t")
     assert result.returncode == 0, result.stderr[-2000:]
     mine = tmp_path / "my/agent/td3.yaml"
-    said = [line for line in result.stdout.splitlines() if "over your own presets" in line]
-    assert said == [f"tuned/td3_pendulum.yaml sets agent.opt_epsilon ({mine}) over your own presets: set them on "
-                    "the command line to keep yours",
-                    f"RL Zoo's row td3.yml Pendulum-v1 sets agent.lr ({mine}) over your own presets: set them on "
+    said = [line for line in result.stdout.splitlines() if "your own presets" in line]
+    assert said == [f"your own presets win over RL Zoo's row td3.yml Pendulum-v1: agent.lr 0.0005 (its 0.001) from "
+                    f"{mine}",
+                    f"tuned/td3_pendulum.yaml sets agent.opt_epsilon ({mine}) over your own presets: set them on "
                     "the command line to keep yours"]
     config = yaml.safe_load((tmp_path / "outputs/t/.hydra/config.yaml").read_text())
-    assert config["agent"]["lr"] == 1e-3 and config["agent"]["opt_epsilon"] == 1e-7
+    assert config["agent"]["lr"] == 5e-4 and config["agent"]["opt_epsilon"] == 1e-7
 
 
 def resolved(*overrides):
@@ -276,3 +278,115 @@ def test_a_users_file_without_a_row_for_the_env_is_one_line(tmp_path):
     with pytest.raises(ZooRowError, match=rf"zoo.file={mine}: {mine} has no row for MountainCar-v0; it has "
                                           r"Acrobot-v1, CartPole-v1 \(zoo.row=<name> trains one of them"):
         resolved("env=generic", "env.id=MountainCar-v0", f"zoo.file={mine}")
+
+
+def test_an_env_rl_zoo_trains_on_its_default_row_says_so_and_zoo_row_default_trains_it():
+    """ppo.yml has no Pusher row: RL Zoo trains its `default` row (SB3's PPO defaults), rlexp its fallback, and the
+    first line says both; zoo.row=default trains the row as RL Zoo does."""
+    _, line = resolved("env=generic", "env.id=Pusher-v5")
+    assert line.startswith("no tuned preset for ppo+Pusher-v5: using fallbacks/ppo_continuous_vector.yaml")
+    assert "(RL Zoo trains ppo.yml default here, SB3's defaults; zoo.row=default trains it)" in line
+    cfg, line = resolved("env=generic", "env.id=Pusher-v5", "zoo.row=default")
+    assert line == "RL Zoo's row for ppo+Pusher-v5: ppo.yml default (rl-baselines3-zoo 2.9.0a2)"
+    a = cfg.agent  # SB3's PPO: n_steps 2048, batch 64 (32 minibatches of one env's rollout), lr 3e-4, Adam eps 1e-5
+    assert (a.n_steps, a.mini_batches, a.lr, a.opt_epsilon, cfg.env.n_envs, cfg.run.max_steps) == (
+        2048, 32, 3e-4, 1e-5, 1, 1_000_000)
+
+
+def test_a_users_one_row_file_trains_only_its_env_or_the_row_named(tmp_path):
+    """RL Zoo refuses a file without a row for the env (its `default` row, where the file has one, trains it)."""
+    mine = tmp_path / "ppo.yml"
+    mine.write_text("CartPole-v1:\n  n_timesteps: 300\n  n_envs: 2\n")
+    with pytest.raises(ZooRowError, match=rf"zoo.file={mine}: {mine} has no row for Pendulum-v1; it has CartPole-v1 "):
+        resolved("env=pendulum", f"zoo.file={mine}")
+    cfg, line = resolved("env=pendulum", f"zoo.file={mine}", "zoo.row=CartPole-v1")
+    assert line.startswith(f"RL Zoo's row for ppo+pendulum: {mine} CartPole-v1 (your own file)")
+    assert cfg.env.n_envs == 2
+    mine.write_text("CartPole-v1:\n  n_timesteps: 300\ndefault:\n  n_timesteps: 400\n  n_envs: 3\n")
+    cfg, line = resolved("env=pendulum", f"zoo.file={mine}")
+    assert line.startswith(f"RL Zoo's row for ppo+pendulum: {mine} default (your own file)") and cfg.env.n_envs == 3
+
+
+# rl_zoo3 2.9.2's sac.yml MountainCarContinuous-v0 row (its gSDE rows add use_expln=True)
+SAC_292 = {"n_timesteps": 50000, "policy": "MlpPolicy", "learning_rate": 3e-4, "buffer_size": 50000,
+           "batch_size": 512, "ent_coef": 0.1, "train_freq": 32, "gradient_steps": 32, "gamma": 0.9999, "tau": 0.01,
+           "learning_starts": 0, "use_sde": True,
+           "policy_kwargs": "dict(log_std_init=-3.67, net_arch=[64, 64], use_expln=True)"}
+
+
+def test_rl_zoo_2_9_2s_sac_rows_with_use_expln_train():
+    a = translate(ZooRow("sac", "MountainCarContinuous-v0", SAC_292, "sac.yml", "rl-baselines3-zoo 2.9.2"))["agent"]
+    assert (a["use_sde"], a["use_expln"], a["log_std_init"], a["clip_mean"]) == (True, True, -3.67, 2.0)
+
+
+def test_sb3s_policy_options_translate():
+    """Options of SB3 2.9's SAC and ActorCriticPolicy that rlexp has, in their several spellings."""
+    sac = translate(ZooRow("sac", "X-v0", {"use_sde": True, "policy_kwargs": (
+        "dict(net_arch=dict(pi=[32, 32], qf=[32, 32]), activation_fn=th.nn.ELU, clip_mean=1.5, use_expln=False, "
+        "features_extractor_class=FlattenExtractor, share_features_extractor=True, normalize_images=True, "
+        "n_critics=2, optimizer_class=th.optim.Adam, optimizer_kwargs=dict(eps=1e-7, betas=(0.8, 0.99)))")},
+        "mine.yml", "test"))
+    a = sac["agent"]
+    assert (a["clip_mean"], a["use_expln"], a["optimizer"], a["opt_epsilon"], a["beta1"], a["beta2"]) == (
+        1.5, False, "adam", 1e-7, 0.8, 0.99)
+    assert [(layer.get("units"), layer.get("activation")) for layer in sac["model"]["layers"]] == [
+        (32, "elu"), (32, "elu"), (None, None)]
+    ppo = translate(ZooRow("ppo", "X-v0", {"policy_kwargs": (
+        "dict(net_arch=[dict(pi=[16], vf=[16])], full_std=True, squash_output=False, ortho_init=False, "
+        "optimizer_kwargs=dict(betas=(0.9, 0.99)))")}, "mine.yml", "test"))
+    a = ppo["agent"]  # optimizer_kwargs given: PyTorch's eps 1e-8, not SB3's on-policy 1e-5
+    assert (a["optimizer"], a["opt_epsilon"], a["beta2"], ppo["model"]["initializer"]) == ("adam", 1e-8, 0.99, "torch")
+    a2c = translate(ZooRow("a2c", "X-v0", {"policy_kwargs": "dict(optimizer_class=RMSpropTFLike, optimizer_kwargs="
+                                                            "dict(alpha=0.9, eps=1e-6, momentum=0.5, centered=True))"},
+                           "mine.yml", "test"))["agent"]
+    assert (a2c["optimizer"], a2c["opt_rho"], a2c["opt_epsilon"], a2c["opt_momentum"], a2c["opt_centered"]) == (
+        "rmsprop_tf", 0.9, 1e-6, 0.5, True)
+
+
+def test_every_problem_of_a_users_row_is_named_in_one_line():
+    """Options rlexp lacks and values RL Zoo cannot read (a word for a number, a schedule it does not know, a
+    fractional step count, a word for a boolean): all of them, one ZooRowError line, no traceback."""
+    row = ZooRow("ppo", "X-v0", {"learning_rate": "fast", "clip_range": "exp_0.1", "n_steps": 2048.5, "gamma": "high",
+                                 "use_sde": "yes", "ent_coef": "some", "her_kwargs": 1, "policy_kwargs": (
+                                     "dict(full_std=False, squash_output=True, optimizer_class=th.optim.AdamW, "
+                                     "features_extractor_class=MyExtractor, log_std_init='low')")}, "mine.yml", "test")
+    with pytest.raises(ZooRowError) as error:
+        translate(row)
+    message = str(error.value)
+    assert "\n" not in message and message.startswith("RL Zoo row mine.yml X-v0: 12 problems: (1) her_kwargs is not ")
+    for said in ["learning_rate = 'fast' is neither a number nor an RL Zoo schedule (lin_<number>)",
+                 "clip_range = 'exp_0.1' is neither", "n_steps = 2048.5 is not a whole number",
+                 "gamma = 'high' is not a number", "use_sde = 'yes' is not a boolean (true or false)",
+                 "policy_kwargs.log_std_init = 'low' is not a number", "policy_kwargs.full_std = False",
+                 "policy_kwargs.squash_output = True", "policy_kwargs.features_extractor_class = MyExtractor",
+                 "policy_kwargs.optimizer_class = AdamW: rlexp has Adam, RMSprop and RMSpropTFLike",
+                 "ent_coef = 'some' is not a number", "(12) "]:
+        assert said in message, said
+
+
+@pytest.mark.parametrize("agent_name", ["sac", "ppo"])
+def test_use_expln_gives_gsde_sb3s_expln_stds(agent_name):
+    """SB3's expln: exp(x) for x <= 0, log1p(x + 1e-6) + 1 above (by hand: e^-1 = 0.36787944, 1 + ln 1.500001 =
+    1.40546577, 1 + ln 3.000001 = 2.09861262); with use_expln, SAC's and PPO's gSDE variance is the features squared
+    times those stds squared."""
+    import tensorflow as tf
+
+    from rlexp.agents import PPO, SAC
+    from rlexp.agents import distributions as D
+    from rlexp.envs import make_envs
+
+    np.testing.assert_allclose(D.sde_std(tf.constant([-1.0, 0.0, 0.5, 2.0]), expln=True).numpy(),
+                               [0.36787944, 1.0, 1.40546577, 2.09861262], rtol=1e-6)
+    envs = make_envs("Pendulum-v1", n_envs=1, seed=0, vectorization="sync")
+    options = dict(model={"layers": [{"type": "dense", "units": 8, "activation": "tanh"}, {"type": "dense",
+                                                                                          "output": True}]},
+                   seed=0, use_sde=True, use_expln=True, log_std_init=0.5)
+    agent = SAC(envs, **options) if agent_name == "sac" else PPO(envs, n_steps=8, mini_batches=1, **options)
+    obs = tf.constant(np.random.default_rng(0).normal(size=(3, 3)).astype(np.float32))
+    if agent_name == "sac":
+        _, features, log_std = agent.sde_params(obs)
+    else:
+        out, _ = agent.forward(obs)
+        features, log_std = out[:, 1:], agent.gaussian(out)[1]
+    expected = 0.5 * np.log(np.square(features.numpy()).sum(axis=1, keepdims=True) * 1.40546577 ** 2 + 1e-6)
+    np.testing.assert_allclose(log_std.numpy(), expected, rtol=1e-5)

@@ -46,6 +46,11 @@ KEY_ALIASES = {"learning_rate": "agent.lr", "discount": "agent.gamma", "gae_lamb
                "n_timesteps": "run.max_steps", "total_timesteps": "run.max_steps"}
 
 
+# options the config holds only once given, with a + (`+resume=<run dir>`, `+video_dir=videos/`)
+PLUS_OPTIONS = ("resume", "checkpoint", "init_from", "video_dir", "frame_dir", "render", "demo_dir", "runs", "output",
+                "gamma", "dir")
+
+
 def hydra_error_line(error: Exception) -> str | None:
     """One line for a Hydra error about the command line (an unknown preset, key or override syntax), naming
     what is wrong and the closest valid choice; None for other errors."""
@@ -58,6 +63,11 @@ def hydra_error_line(error: Exception) -> str | None:
         if unknown and error.__cause__ is not None and getattr(error.__cause__, "parent_node", None) is not None:
             value = re.search(r"use \+[^=\s]+=(.*)$", text, re.MULTILINE)
             return _unknown_key(unknown.group(1), value.group(1) if value else "...", error.__cause__)
+        group = re.match(r"Could not override '([^']+)'\. No match in the defaults list", text)
+        append = re.search(r"use (\+\S+)\s*$", text)
+        if group and append:
+            given = append.group(1)
+            return f"{given[1:]}: {group.group(1)} is a config group without a default; add it with {given}"
         exists = re.match(r"Could not append to config\. An item is already at '([^']+)'", text)
         if exists:
             plain = re.search(r"remove \+ prefix: '([^']+)'", text)
@@ -109,7 +119,8 @@ def _missing_preset(missing: str, options: list[str], text: str) -> str:
 
 def _unknown_key(key: str, value: str, cause: Any) -> str:
     """agent.learning_rate=1e-3: the closest existing key (a sibling, a known alias, the same name in another
-    section); a free-form mapping such as env.kwargs takes new keys with +."""
+    section), or at the top level an option given without its + (video_dir=videos/: +video_dir=videos/); a
+    free-form mapping such as env.kwargs takes new keys with +."""
     failed = str(getattr(cause, "full_key", "") or key)
     rest = key[len(failed):] if key.startswith(failed) else ""
     parent, _, leaf = failed.rpartition(".")
@@ -118,7 +129,8 @@ def _unknown_key(key: str, value: str, cause: Any) -> str:
         return f"{key}: {parent or 'the config'} has no key {leaf!r} yet; add it with +{key}={value}"
     root = _root(cause.parent_node)
     prefix = f"{parent}." if parent else ""
-    suggestions = [f"{prefix}{c}" for c in _close(leaf, siblings)]
+    plus = [] if parent else [f"+{c}" for c in ([leaf] if leaf in PLUS_OPTIONS else _close(leaf, list(PLUS_OPTIONS)))]
+    suggestions = plus if leaf in PLUS_OPTIONS else plus + [f"{prefix}{c}" for c in _close(leaf, siblings)]
     alias = KEY_ALIASES.get(leaf.lower())
     if alias and _has_key(root, alias) and alias not in suggestions:
         suggestions.insert(0, alias)

@@ -6,6 +6,7 @@ import functools
 import gc
 import logging
 import os
+import re
 import sys
 import warnings
 from argparse import Action
@@ -126,6 +127,30 @@ def is_override_or_option(arg: str) -> bool:
     return arg.startswith(("-", "+", "~")) or "=" in arg
 
 
+def with_env_preset(args: list[str]) -> list[str]:
+    """`env.id=X` without `env=`: the command line with the env preset whose own id is X (env.id=Acrobot-v1:
+    env=acrobot), else with env=generic, so that the id picks the tuned preset, the RL Zoo row and the run's name
+    (a sweep over env.id sweeps env=generic). +resume keeps its run's env."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import OverrideParseException
+    from hydra_plugins.rlexp_searchpath import user_config_dir
+
+    from rlexp.presets.sources import env_preset_for_id
+    from rlexp.runs.dirs import GENERIC_ENV
+
+    given = [arg for arg in args if re.match(r"\+{0,2}env\.id=", arg)]
+    if len(given) != 1 or any(re.match(r"[+~]{0,2}env(=|$)", arg) or arg.startswith("+resume=") for arg in args):
+        return args
+    try:
+        override = OverridesParser.create().parse_override(given[0])
+    except OverrideParseException:
+        return args  # (Hydra says what is wrong with it)
+    if override.is_sweep_override():
+        return [*args, f"env={GENERIC_ENV}"]
+    preset = env_preset_for_id(str(override.value()), user_config_dir(args))
+    return [*args, f"env={preset or GENERIC_ENV}"]
+
+
 def check_config_dir(args: list[str]) -> None:
     """--config-dir names an existing directory (the presets of `mode=init +dir=DIR`)."""
     from hydra_plugins.rlexp_searchpath import user_config_dir
@@ -143,7 +168,7 @@ def report_input_errors(report: Callable[[Callable[[], Any]], Any], func: Callab
     """Hydra's run_and_report, with Hydra's errors about the command line (unknown preset, unknown key, override
     syntax) as one line and exit code 2. HYDRA_FULL_ERROR=1 keeps Hydra's full report."""
     import yaml
-    from hydra.errors import ConfigCompositionException, OverrideParseException
+    from hydra.errors import ConfigCompositionException, HydraException, OverrideParseException
 
     from rlexp.errors import hydra_error_line, output_dir_error
 
@@ -155,6 +180,13 @@ def report_input_errors(report: Callable[[Callable[[], Any]], Any], func: Callab
             if line is None:
                 raise
             print(f"error: {line}", file=sys.stderr)
+            sys.exit(2)
+        except HydraException as e:  # Hydra's basic sweeper given Optuna's interval(...)
+            if "does not support sweep type" not in str(e) or os.environ.get("HYDRA_FULL_ERROR") == "1":
+                raise
+            from rlexp.sweep.space import basic_sweeper_line
+
+            print(f"error: {basic_sweeper_line(sys.argv[1:])}", file=sys.stderr)
             sys.exit(2)
         except TrialFailed as e:  # a job of Hydra's basic sweeper (its output was printed as it ended)
             print(f"error: a job of the sweep failed: {e}", file=sys.stderr)
@@ -192,7 +224,7 @@ def cli() -> None:
     """The `rlexp` command: Hydra's own errors before the task starts (unknown group option, bad override
     syntax, missing config) are user input errors too, so they exit with 2 like ours."""
     # the agent and env presets pick the default network; an explicit model=auto means the same default
-    args = options_first([arg for arg in sys.argv[1:] if arg != "model=auto"])
+    args = with_env_preset(options_first([arg for arg in sys.argv[1:] if arg != "model=auto"]))
     sys.argv = sys.argv[:1] + args
     try:
         check_config_dir(args)

@@ -10,6 +10,8 @@ that lead at the end, around 1e-3, at p = c / (1 + c): a trial can be ahead at o
 late in the run with scale = max_steps), plus Gaussian noise of std `noise` on every episode and evaluation. A training iteration takes `rollout` env steps
 at once (an on-policy rollout or a fused call: collected whole, past max_steps), an episode ends every
 `episode_length` steps with the score at its last step as its return, and `delay` seconds pass per iteration.
+With `off_policy`, the first `warmup` steps are an off-policy agent's random warm-up instead: iterations of up to
+1,000 steps that stop at the warm-up's end or at max_steps, whichever comes first.
 With `ledger` (a file path), each iteration appends "<run dir> <steps trained>" to it: the test's own record of
 what every run trained, whatever the sweeper recorded."""
 from __future__ import annotations
@@ -40,8 +42,9 @@ class StandIn(Agent):
 
     def __init__(self, envs, model=None, buffer=None, *, rollout: int = 64, warmup: int = 0, noise: float = 0.0,
                  delay: float = 0.0, episode_length: int = 10, scale: int = 1000, crossing: float = 0.0,
-                 ledger: str | None = None, **kwargs) -> None:
+                 off_policy: bool = False, ledger: str | None = None, **kwargs) -> None:
         self.rollout, self.warmup, self.noise, self.delay = int(rollout), int(warmup), float(noise), float(delay)
+        self.off_policy = bool(off_policy)
         self.crossing = float(crossing)
         self.ledger = ledger
         self.episode_length, self.scale = int(episode_length), int(scale)
@@ -57,14 +60,23 @@ class StandIn(Agent):
         return {}
 
     def first_update_step(self) -> int:
-        return self.warmup
+        return self.warmup + 1 if self.warmup else 0  # a run of `warmup` steps learns nothing
+
+    def most_steps(self, max_steps: int) -> int:
+        """The most env steps a run of max_steps trains: whole rollouts (after an off-policy warm-up, which stops
+        at max_steps)."""
+        start = min(self.warmup, max_steps) if self.off_policy else 0
+        return start + -(-max(0, max_steps - start) // self.rollout) * self.rollout
 
     def noisy(self, step: int) -> float:
         value = score(self.lr, step, self.warmup, self.scale, self.crossing)
         return value + float(self.rng.normal(0.0, self.noise)) if self.noise else value
 
     def train_iteration(self) -> dict[str, float]:
-        start, self.steps = self.steps, self.steps + self.rollout
+        size = self.rollout
+        if self.off_policy and self.steps < self.warmup:
+            size = max(1, min(self.warmup - self.steps, 1000, self.steps_left()))
+        start, self.steps = self.steps, self.steps + size
         first_end = (start // self.episode_length + 1) * self.episode_length
         for end in range(first_end, self.steps + 1, self.episode_length):
             self._finished.append((end, self.noisy(end)))

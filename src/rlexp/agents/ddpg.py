@@ -21,8 +21,8 @@ class DDPG(OffPolicyAgent):
         step_noise_coef: std of the exploration noise added to actions when stepping (in [-1, 1] units): of each
             Gaussian draw, or the sigma of the Ornstein-Uhlenbeck process.
         noise_type: 'normal' (independent draws) or 'ornstein_uhlenbeck' (temporally correlated, per env:
-            x <- x - ou_theta * x * dt + sigma * sqrt(dt) * N(0, 1), dt = 0.01, as SB3's; a continuing
-            process, not reset at episode ends).
+            x <- x - ou_theta * x * dt + sigma * sqrt(dt) * N(0, 1), dt = 0.01, as SB3's; each env's x restarts
+            at 0 when its episode ends, as SB3 resets it).
         ou_theta: the Ornstein-Uhlenbeck process's pull towards 0.
         lr: actor and critic learning rate.
         jit_compile: XLA for the update step. Off: with two inter-op threads (run.tf_inter_threads=auto) the
@@ -45,6 +45,11 @@ class DDPG(OffPolicyAgent):
         self.noise_type, self.ou_theta = noise_type, float(ou_theta)
         super().__init__(envs, model, buffer, train_freq=train_freq, gradient_steps=gradient_steps, lr=lr,
                          jit_compile=jit_compile, **kwargs)
+
+    @property
+    def resets_at_episode_ends(self) -> bool:
+        """The Ornstein-Uhlenbeck noise restarts with each env's episode (`episodes_ended`)."""
+        return self.noise_type == "ornstein_uhlenbeck"
 
     @property
     def row_blocks(self) -> bool:
@@ -113,6 +118,11 @@ class DDPG(OffPolicyAgent):
             noise = self.ou_noise - self.ou_theta * self.ou_noise * self.OU_DT + noise * self.OU_DT**0.5
             self.ou_noise.assign(noise)
         return tf.clip_by_value(self.unit_action(obs) + noise, -1.0, 1.0)
+
+    @no_autograph
+    def episodes_ended(self, dones: tf.Tensor) -> None:
+        """The Ornstein-Uhlenbeck noise of the envs whose episode ended back to 0."""
+        self.ou_noise.assign(tf.where(dones[:, None], tf.zeros_like(self.ou_noise), self.ou_noise))
 
     # ----- learning ---------------------------------------------------------------------------------
     @no_autograph

@@ -59,6 +59,16 @@ def gaussian_entropy(mean: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:
 
 
 @no_autograph
+def sde_std(log_std: tf.Tensor, expln: bool = False) -> tf.Tensor:
+    """gSDE's stds from their learned logs: exp, or with `expln` SB3's `use_expln` (gSDE paper): exp(x) for x <= 0,
+    log1p(x) + 1 above (1e-6 inside, as SB3), so a std grows slowly instead of exponentially."""
+    if not expln:
+        return tf.exp(log_std)
+    above = tf.math.log1p(tf.nn.relu(log_std) + 1e-6) + 1.0
+    return tf.where(log_std <= 0.0, tf.exp(tf.minimum(log_std, 0.0)), above)
+
+
+@no_autograph
 def gaussian_kl(old_mean: tf.Tensor, old_log_std: tf.Tensor, mean: tf.Tensor, log_std: tf.Tensor) -> tf.Tensor:
     """KL(old || new) per row for diagonal Gaussians."""
     old_var, var = tf.exp(2.0 * old_log_std), tf.exp(2.0 * log_std)

@@ -56,6 +56,7 @@ class OffPolicyAgent(Agent):
     row_blocks = False  # run large forward passes in `batch_parts` row blocks (see `in_row_blocks`)
     grouped_updates = False  # the update is `critic_step` + an `actor_step` every `policy_delay` (see `_train_groups`)
     prioritized_replay = False  # `update_batch` weights its loss by batch["weights"] and returns "td_errors"
+    resets_at_episode_ends = False  # the fused loop calls `episodes_ended` after each exploratory env step
 
     def __init__(self, envs, model=None, buffer=None, *, train_freq: int = 1, gradient_steps: int = 1,
                  **kwargs: Any) -> None:
@@ -100,6 +101,11 @@ class OffPolicyAgent(Agent):
     def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
         """One gradient update on a batch; returns `metric_names` (graph code)."""
         raise NotImplementedError  # abstract
+
+    def episodes_ended(self, dones: tf.Tensor) -> None:
+        """With `resets_at_episode_ends`, after each exploratory env step of the fused loop: `dones` [n_envs] flags
+        the envs whose episode ended (terminated or truncated), e.g. to restart their exploration noise as SB3's
+        `action_noise.reset(indices)` does (graph code)."""
 
     # ----- actions ----------------------------------------------------------------------------------
     @no_autograph
@@ -167,7 +173,11 @@ class OffPolicyAgent(Agent):
 
     def _numpy_step_and_sample(self, obs: np.ndarray, actions: np.ndarray) -> list[np.ndarray]:
         """A cycle's last env step, then its batches: one numpy_function call instead of two."""
-        return [self._numpy_step(obs, actions), *self._numpy_sample()]
+        return [*self._numpy_step_and_ends(obs, actions), *self._numpy_sample()]
+
+    def _numpy_step_and_ends(self, obs: np.ndarray, actions: np.ndarray) -> list[np.ndarray]:
+        """`_numpy_step`, and with `resets_at_episode_ends` which envs' episodes it ended."""
+        return [self._numpy_step(obs, actions), *([self.episode_ends] if self.resets_at_episode_ends else [])]
 
     def _replay_to_graph(self) -> None:
         """With `steps_in_graph`, move a NumPy `ReplayBuffer` into TF variables (once the random warm-up,
@@ -285,9 +295,26 @@ class OffPolicyAgent(Agent):
     @no_autograph
     def _graph_step(self, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
         """`_numpy_step` with TF ops (see `steps_in_graph`): step the envs, store the transitions."""
-        next_obs, rewards, terminated, _, final_obs = self.graph_env_step(self.to_env(actions))
+        next_obs, rewards, terminated, truncated, final_obs = self.graph_env_step(self.to_env(actions))
         self.buffer.graph_add(obs, actions, rewards, final_obs, terminated)
+        if self.resets_at_episode_ends:
+            self.episodes_ended(terminated | truncated)
         return next_obs
+
+    @no_autograph
+    def _numpy_step_in_graph(self, obs: tf.Tensor, actions: tf.Tensor, sample: bool) -> tuple[tf.Tensor, list]:
+        """`_numpy_step` (and with `sample` `_numpy_sample`'s batch columns) as one numpy_function call; with
+        `resets_at_episode_ends` the step's episode ends go to `episodes_ended`."""
+        ends = [tf.bool] if self.resets_at_episode_ends else []
+        fn, columns = (self._numpy_step_and_sample, [tf.float32] * 5) if sample else (self._numpy_step_and_ends, [])
+        next_obs, *rest = tf.numpy_function(fn, [obs, actions], [tf.as_dtype(self.obs_dtype), *ends, *columns],
+                                            stateful=True)
+        next_obs.set_shape((self.n_envs, *self.obs_shape))
+        if ends:
+            dones, *rest = rest
+            dones.set_shape((self.n_envs,))
+            self.episodes_ended(dones)
+        return next_obs, rest
 
     @no_autograph
     def _env_step(self, obs: tf.Tensor, actions: tf.Tensor | None = None) -> tf.Tensor:
@@ -295,9 +322,7 @@ class OffPolicyAgent(Agent):
         actions = self.explore(obs) if actions is None else actions
         if self.steps_in_graph:
             return self._graph_step(obs, actions)
-        next_obs = tf.numpy_function(self._numpy_step, [obs, actions], tf.as_dtype(self.obs_dtype), stateful=True)
-        next_obs.set_shape((self.n_envs, *self.obs_shape))
-        return next_obs
+        return self._numpy_step_in_graph(obs, actions, sample=False)[0]
 
     @no_autograph
     def _step_and_sample(self, obs: tf.Tensor, actions: tf.Tensor | None = None) -> tuple[tf.Tensor, list]:
@@ -306,14 +331,12 @@ class OffPolicyAgent(Agent):
         Without `steps_in_graph`, step and sample are one numpy_function call: the sample always sees the
         step's transitions (TF does not order two numpy_functions by itself), and one call costs less than two."""
         action_shape = (self.n_actions,) if self.action_kind == "continuous" else ()
-        obs_dtype, shapes = tf.as_dtype(self.obs_dtype), [self.obs_shape, action_shape, (), self.obs_shape, ()]
+        shapes = [self.obs_shape, action_shape, (), self.obs_shape, ()]
         rows = self.gradient_steps * self.buffer.batch_size
         actions = self.explore(obs) if actions is None else actions
         if self.steps_in_graph:
             return self._graph_step(obs, actions), self.buffer.graph_sample(rows, self.tf_rng)
-        next_obs, *batch = tf.numpy_function(self._numpy_step_and_sample, [obs, actions],
-                                             [obs_dtype] + [tf.float32] * 5, stateful=True)
-        next_obs.set_shape((self.n_envs, *self.obs_shape))
+        next_obs, batch = self._numpy_step_in_graph(obs, actions, sample=True)
         return next_obs, [tf.reshape(x, (rows, *shape)) for x, shape in zip(batch, shapes)]
 
     # The loops below are written with tf.while_loop, not AutoGraph: converting them (and the steps they
@@ -388,8 +411,10 @@ class OffPolicyAgent(Agent):
     def warm_up(self) -> None:
         """Uniform random actions (up to 1,000 vector steps per call) towards the buffer's `initial_size`
         (SB3's learning_starts: the first update follows the next env step, on batches drawn with replacement
-        from what the buffer holds, even if fewer than batch_size)."""
-        n = min(-(-(self.buffer.initial_size - self.buffer.size) // self.n_envs), 1000)
+        from what the buffer holds, even if fewer than batch_size), stopping at max_steps or the next evaluation
+        (`steps_left`, in whole vector steps)."""
+        n = min(-(-(self.buffer.initial_size - self.buffer.size) // self.n_envs), 1000,
+                max(-(-self.steps_left() // self.n_envs), 1))
         for _ in range(n):
             self._obs = self._numpy_step(self._obs, self.random_actions())
 

@@ -30,7 +30,8 @@ class PPO(OnPolicyAgent):
         grad_norm: global gradient-norm clip (None: off).
         advantage_epsilon: added to the advantage std when normalising per minibatch.
         value_clip: clip the new value to +-value_clip around the old one (None: off).
-        kl_threshold: stop an update's epochs once an epoch's mean approximate KL exceeds it (None: off).
+        kl_threshold: stop an update at the first minibatch whose approximate KL, mean((r - 1) - log r), exceeds
+            it, before that minibatch's gradient step (None: off). SB3's `target_kl` is kl_threshold / 1.5.
         kl_target: with lr_schedule=kl_adaptive, the learning rate is divided by 1.5 when an update's KL
             exceeds 2 * kl_target and multiplied by 1.5 when it is below kl_target / 2.
     """
@@ -93,7 +94,9 @@ class PPO(OnPolicyAgent):
     @no_autograph
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         """`ppo_epochs` passes of `mini_batches` gradient steps over one rollout (explicit `tf.while_loop`s:
-        AutoGraph's conversion of this method cost ~0.5 s per run)."""
+        AutoGraph's conversion of this method cost ~0.5 s per run). With `kl_threshold`, as SB3's PPO: the first
+        minibatch whose approximate KL exceeds it takes no gradient step and ends the update (all epochs); the
+        metrics are the means over the minibatches evaluated, that one included."""
         advantages, returns = compute_gae(batch["rewards"], batch["values"], batch["dones"], batch["last_values"],
                                           self.gamma, self.lam)
         size, select = self.training_units(batch, [batch["actions"], batch["log_probs"], advantages, returns,
@@ -102,15 +105,26 @@ class PPO(OnPolicyAgent):
         variables = self.trainable_variables()
         keys = ("policy_loss", "value_loss", "entropy", "approx_kl")
 
-        def gradient_step(minibatch, totals, epoch_kl):
+        def minimize_then_0(tape, loss):  # a `tf.cond` branch returns a tensor
+            self.minimize(tape, loss, variables, self.grad_norm)
+            return tf.constant(0)
+
+        def gradient_step(minibatch, totals):
+            """The minibatch's loss and its gradient step, unless its KL exceeds `kl_threshold` (then: stop)."""
             with tf.GradientTape() as tape:
                 loss, metrics = self.loss(*minibatch)
-            self.minimize(tape, loss, variables, self.grad_norm)
-            return [t + metrics[k] for t, k in zip(totals, keys)], epoch_kl + metrics["approx_kl"] / self.mini_batches
+            totals = [t + metrics[k] for t, k in zip(totals, keys)]
+            if self.kl_threshold is None:
+                self.minimize(tape, loss, variables, self.grad_norm)
+                return totals, tf.constant(False)
+            stop = metrics["approx_kl"] > self.kl_threshold
+            tf.cond(stop, lambda: tf.constant(0), lambda: minimize_then_0(tape, loss))
+            return totals, stop
 
-        def epoch(n_epochs, totals, _):
+        def epoch(n_epochs, evaluated, totals, _):
             if self.mini_batches == 1:  # the minibatch is the whole rollout: its mean loss needs no shuffle
-                totals, epoch_kl = gradient_step(select(None), totals, 0.0)
+                totals, stop = gradient_step(select(None), totals)
+                evaluated += 1
             else:
                 order = tf.argsort(self.tf_rng.uniform([size]))
                 if self.recurrent:  # minibatches of whole sequences
@@ -121,18 +135,19 @@ class PPO(OnPolicyAgent):
                                 for x in select(order)]
                     take = lambda i: [x[i] for x in shuffled]  # noqa: E731
 
-                def minibatch(i, totals, epoch_kl):
-                    return (i + 1, *gradient_step(take(i), totals, epoch_kl))
+                def minibatch(i, evaluated, totals, _):
+                    return (i + 1, evaluated + 1, *gradient_step(take(i), totals))
 
-                _, totals, epoch_kl = tf.while_loop(lambda i, *_: i < self.mini_batches, minibatch,
-                                                    (tf.constant(0), totals, tf.constant(0.0)))
-            stop = epoch_kl > self.kl_threshold if self.kl_threshold is not None else tf.constant(False)
-            return n_epochs + 1, totals, stop
+                _, evaluated, totals, stop = tf.while_loop(
+                    lambda i, _, __, stop: (i < self.mini_batches) & ~stop, minibatch,
+                    (tf.constant(0), evaluated, totals, tf.constant(False)))
+            return n_epochs + 1, evaluated, totals, stop
 
-        n_epochs, totals, _ = tf.while_loop(lambda n, _, stop: (n < self.ppo_epochs) & ~stop, epoch,
-                                            (tf.constant(0), [tf.constant(0.0)] * len(keys), tf.constant(False)))
-        steps = tf.cast(n_epochs * self.mini_batches, tf.float32)
-        return {k: t / steps for k, t in zip(keys, totals)} | {"epochs": tf.cast(n_epochs, tf.float32)}
+        n_epochs, evaluated, totals, _ = tf.while_loop(
+            lambda n, _, __, stop: (n < self.ppo_epochs) & ~stop, epoch,
+            (tf.constant(0), tf.constant(0), [tf.constant(0.0)] * len(keys), tf.constant(False)))
+        evaluated = tf.cast(evaluated, tf.float32)
+        return {k: t / evaluated for k, t in zip(keys, totals)} | {"epochs": tf.cast(n_epochs, tf.float32)}
 
     def train_iteration(self) -> dict[str, float]:
         metrics = super().train_iteration()

@@ -36,8 +36,11 @@ class SAC(OffPolicyAgent):
         target_entropy: 'auto' (-number of action dimensions) or a number.
         use_sde: generalised state-dependent exploration (Raffin et al. 2022, as SB3's SAC): the Gaussian's
             variance is the actor's last hidden features squared times a learned [features, actions] matrix of
-            stds (from `log_std_init`), means clipped to +-2; when stepping, the noise is the features times a
-            random matrix per env, drawn every `sde_sample_freq` env steps (-1: every update phase).
+            stds (from `log_std_init`), means clipped to +-`clip_mean`; when stepping, the noise is the features times a
+            random matrix per env, drawn at the start of each update phase's `train_freq` env steps and every
+            `sde_sample_freq` steps within it (-1: once a phase), as SB3's collect_rollouts draws it.
+        use_expln: gSDE's stds from their logs by SB3's expln (log1p(x) + 1 above 0) instead of exp.
+        clip_mean: gSDE's means clipped to +-clip_mean (SB3's Hardtanh; 0: not clipped).
     """
 
     action_spaces = ("continuous",)
@@ -48,10 +51,13 @@ class SAC(OffPolicyAgent):
     def __init__(self, envs, model=None, buffer=None, *, tau: float = 0.005, lr: float = 3e-4,
                  ent_coef: float | str = "auto", init_ent_coef: float = 1.0, target_entropy: float | str = "auto",
                  use_sde: bool = False, sde_sample_freq: int = -1, log_std_init: float = -3.0,
-                 train_freq: int = 1, gradient_steps: int = 1, **kwargs) -> None:
+                 use_expln: bool = False, clip_mean: float = 2.0, train_freq: int = 1, gradient_steps: int = 1,
+                 **kwargs) -> None:
         self.tau = float(tau)
-        self.sde, self.log_std_init = bool(use_sde), float(log_std_init)
+        self.sde, self.log_std_init, self.expln = bool(use_sde), float(log_std_init), bool(use_expln)
+        self.clip_mean = float(clip_mean)
         self.sde_sample_freq = int(sde_sample_freq) if int(sde_sample_freq) > 0 else int(train_freq)
+        self.sde_phase = int(train_freq)  # env steps between update phases: each starts with fresh noise
         self.learn_ent_coef = ent_coef == "auto"
         try:
             start = float(init_ent_coef if self.learn_ent_coef else ent_coef)
@@ -123,10 +129,12 @@ class SAC(OffPolicyAgent):
 
     @no_autograph
     def sde_params(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
-        """gSDE: means (clipped to +-2), features, and the log std of each action: var_k = sum_j f_j^2 std_jk^2."""
+        """gSDE: means (clipped to +-clip_mean), features, and each action's log std: var_k = sum_j f_j^2 std_jk^2."""
         mean, features = self.actor(obs)
-        variance = tf.matmul(tf.square(features), tf.exp(2.0 * self.log_std))
-        return tf.clip_by_value(mean, -2.0, 2.0), features, 0.5 * tf.math.log(variance + 1e-6)
+        variance = tf.matmul(tf.square(features), tf.square(D.sde_std(self.log_std, self.expln)))
+        if self.clip_mean > 0:
+            mean = tf.clip_by_value(mean, -self.clip_mean, self.clip_mean)
+        return mean, features, 0.5 * tf.math.log(variance + 1e-6)
 
     @no_autograph
     def sample(self, obs: tf.Tensor, rng: tf.random.Generator | None = None) -> tuple[tf.Tensor, tf.Tensor]:
@@ -138,21 +146,22 @@ class SAC(OffPolicyAgent):
             mean, log_std = self.mean_log_std(obs)
             return squashed_gaussian(mean, log_std, rng.normal(tf.shape(mean)))
         mean, features, log_std = self.sde_params(obs)
-        noise = tf.matmul(features, tf.exp(self.log_std) * rng.normal(tf.shape(self.log_std)))
+        noise = tf.matmul(features, D.sde_std(self.log_std, self.expln) * rng.normal(tf.shape(self.log_std)))
         return squashed_gaussian(mean, log_std, noise * tf.exp(-log_std))
 
     @no_autograph
     def explore(self, obs: tf.Tensor) -> tf.Tensor:
         if not self.sde:
             return self.sample(obs)[0]
-        tf.cond(self.sde_steps % self.sde_sample_freq == 0, self._resample_sde_noise_then_0, lambda: tf.constant(0))
+        step_in_phase = self.sde_steps % self.sde_phase
+        tf.cond(step_in_phase % self.sde_sample_freq == 0, self._resample_sde_noise_then_0, lambda: tf.constant(0))
         self.sde_steps.assign_add(1)
         mean, features, _ = self.sde_params(obs)
         return tf.tanh(mean + tf.einsum("nd,nda->na", features, self.sde_noise))
 
     @no_autograph
     def _resample_sde_noise_then_0(self) -> tf.Tensor:
-        self.sde_noise.assign(tf.exp(self.log_std) * self.tf_rng.normal(tf.shape(self.sde_noise)))
+        self.sde_noise.assign(D.sde_std(self.log_std, self.expln) * self.tf_rng.normal(tf.shape(self.sde_noise)))
         return tf.constant(0)
 
     @no_autograph

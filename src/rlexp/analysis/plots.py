@@ -1,14 +1,18 @@
-"""mode=plot: runs grouped by their saved config minus the seed, each group's mean curve with a bootstrap
-confidence band on a common step grid, and a table of rliable's statistics of the final scores."""
+"""mode=plot: runs grouped by their saved config minus the seed; each run's curve to its own last step (its
+evaluations during training where it has them, else its training mean return), each group's mean with a
+bootstrap band where its seeds overlap, and a table of rliable's statistics of the final scores."""
 from __future__ import annotations
 
 import collections
 import glob
 import itertools
 import json
+import logging
+import textwrap
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Mapping
+from typing import TYPE_CHECKING, Any, Mapping
 
 import numpy as np
 import pandas as pd
@@ -20,7 +24,14 @@ from rlexp.runs.dirs import flat
 from rlexp.runs.files import write_atomic
 from rlexp.runs.history import read_frame
 
+if TYPE_CHECKING:
+    from matplotlib.figure import Figure
+
+log = logging.getLogger("rlexp")
+
 GRID_POINTS = 200
+PROGRESS_SECONDS = 5.0  # at most one progress line this often
+EVALUATION, TRAINING = "evaluations", "training mean"  # what a curve plots
 # keys that don't change what is learned: runs differing only in these are seeds of one configuration
 IGNORED = ("seed", "run_dir", "run_name", "mode", "logger", "resume", "init_from", "run.progress",
            "run.checkpoint_interval", "run.history_interval", "run.tf_threads", "run.tf_inter_threads",
@@ -58,6 +69,16 @@ class Run:
         window = min(len(self.history), int(flat(self.config).get("agent.reward_buffer_size") or 100))
         return float(self.history["mean_reward"].iloc[-1]), f"last training mean, {window} episodes"
 
+    @property
+    def has_evaluations(self) -> bool:
+        return self.evaluations is not None and len(self.evaluations) > 0
+
+    def curve(self, kind: str) -> tuple[np.ndarray, np.ndarray]:
+        """(steps, mean returns): the evaluations during training (kind EVALUATION) or the training mean."""
+        if kind == EVALUATION:
+            return self.evaluations["step"].to_numpy(float), self.evaluations["mean_return"].to_numpy(float)
+        return self.history["step"].to_numpy(float), self.history["mean_reward"].to_numpy(float)
+
 
 @dataclass
 class Group:
@@ -67,6 +88,12 @@ class Group:
     @property
     def env_id(self) -> str:
         return str(flat(self.runs[0].config).get("env.id", "?"))
+
+    @property
+    def curve_kind(self) -> str:
+        """EVALUATION when every run of the group has evaluations during training, else TRAINING: a group's
+        mean compares like with like."""
+        return EVALUATION if all(run.has_evaluations for run in self.runs) else TRAINING
 
     @property
     def score_kind(self) -> str:
@@ -93,9 +120,34 @@ def load_run(path: Path) -> Run:
                read_frame(evaluations) if evaluations.exists() else None, final)
 
 
+class _Unset:
+    """The value of a key one configuration lacks."""
+
+    def __repr__(self) -> str:
+        return "<unset>"
+
+
+UNSET = _Unset()
+
+
+def short_names(keys: list[str]) -> dict[str, str]:
+    """Each dotted key by its shortest ending that no other of `keys` shares (agent.lr -> lr, but agent.gamma
+    and buffer.gamma stay whole)."""
+    names = {}
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            name = ".".join(parts[-n:])
+            if not any(other != key and (other == name or other.endswith("." + name)) for other in keys):
+                break
+        names[key] = name
+    return names
+
+
 def group_runs(runs: list[Run]) -> list[Group]:
-    """Runs with the same configuration (all but the seed) form a group; a group's label names the values
-    that tell it from the others (or the run's name when there is one group)."""
+    """Runs with the same configuration (all but the seed) form a group. A group's label names its value of
+    every key whose value differs between the groups (or the run's name when there is one group), so no two
+    groups share a label."""
     keys: dict[str, list[Run]] = {}
     configs = {id(r): configuration(r.config) for r in runs}
     for run in runs:
@@ -104,28 +156,30 @@ def group_runs(runs: list[Run]) -> list[Group]:
     if len(members) == 1:
         return [Group(str(flat(members[0][0].config).get("run_name") or members[0][0].path.name), members[0])]
     first = [configs[id(m[0])] for m in members]
-    differing = sorted(k for k in set().union(*first) if len({repr(c.get(k)) for c in first}) > 1)
-    groups = []
-    for index, (config, group) in enumerate(zip(first, members)):
-        label = " ".join(f"{k.split('.')[-1] if k.count('.') else k}={config.get(k)}" for k in differing[:3])
-        groups.append(Group(label or f"group {index}", group))
-    return groups
+    differing = sorted(k for k in set().union(*first) if len({repr(c.get(k, UNSET)) for c in first}) > 1)
+    names = short_names(differing)
+    labels = [" ".join(f"{names[k]}={c.get(k, UNSET)}" for k in differing) for c in first]
+    if len(set(labels)) < len(labels):  # values alike as text (1 and "1"): their Python form tells them apart
+        labels = [" ".join(f"{names[k]}={c.get(k, UNSET)!r}" for k in differing) for c in first]
+    return [Group(label, group) for label, group in zip(labels, members)]
 
 
-def step_grid(groups: list[Group], points: int = GRID_POINTS) -> np.ndarray:
-    """A common grid from 0 to the last step every run of every group reached."""
-    end = min(float(run.history["step"].max()) for g in groups for run in g.runs if len(run.history))
+def step_grid(group: Group, points: int = GRID_POINTS) -> np.ndarray:
+    """The group's grid for its mean: from 0 to the last step all its runs reached (each run's own curve
+    goes on to its own last step)."""
+    end = min(run.curve(group.curve_kind)[0][-1] for run in group.runs)
     return np.linspace(0.0, end, points)
 
 
 def curves(group: Group, grid: np.ndarray) -> np.ndarray:
-    """(runs, grid points): each run's training mean return interpolated onto the grid (NaN before its first
-    episode)."""
+    """(runs, grid points): each run's curve of the group's kind interpolated onto the grid (NaN before its
+    first point and after its last)."""
     rows = []
     for run in group.runs:
-        steps, values = run.history["step"].to_numpy(float), run.history["mean_reward"].to_numpy(float)
+        steps, values = run.curve(group.curve_kind)
         row = np.interp(grid, steps, values) if len(steps) else np.full(len(grid), np.nan)
-        row[grid < (steps[0] if len(steps) else np.inf)] = np.nan
+        if len(steps):
+            row[(grid < steps[0]) | (grid > steps[-1])] = np.nan
         rows.append(row)
     return np.array(rows)
 
@@ -150,22 +204,30 @@ def statistics(groups: list[Group], gamma: float | None) -> tuple[pd.DataFrame, 
     intervals; per pair of groups on the same env: the probability of improvement."""
     from rlexp.analysis.stats import group_statistics, probability_of_improvement
 
-    scores = {g.label: np.array([r.final_score for r in g.runs]) for g in groups}
-    stats = group_statistics(scores, gamma if gamma is not None else 0.0)
+    scores = [np.array([r.final_score for r in g.runs]) for g in groups]  # by position: never by label
+    stats = group_statistics({str(i): s for i, s in enumerate(scores)}, gamma if gamma is not None else 0.0)
     rows = []
-    for g in groups:
+    for i, g in enumerate(groups):
         row: dict[str, Any] = {"group": g.label, "env": g.env_id, "runs": len(g.runs)}
         names = ("iqm", "mean") + (("optimality_gap",) if gamma is not None else ())
         for name in names:
-            point, low, high = stats[g.label][name]
+            point, low, high = stats[str(i)][name]
             row.update({name: point, f"{name}_low": low, f"{name}_high": high})
         row["score"] = g.score_kind
         rows.append(row)
+    todo = [(i, j) for i, j in itertools.combinations(range(len(groups)), 2) if groups[i].env_id == groups[j].env_id]
+    estimates, shown = {}, time.monotonic()
+    for done, (i, j) in enumerate(todo, 1):
+        point, low, high = estimates[i, j] = probability_of_improvement(scores[i], scores[j])
+        estimates[j, i] = (1.0 - point, 1.0 - high, 1.0 - low)  # P(Y > X) = 1 - P(X > Y) on the same resamples
+        if time.monotonic() - shown > PROGRESS_SECONDS and done < len(todo):
+            log.info(f"plot: probability of improvement, {done}/{len(todo)} pairs of groups bootstrapped")
+            shown = time.monotonic()
     pairs = []
-    for x, y in itertools.permutations(groups, 2):
-        if x.env_id == y.env_id and len(groups) > 1:
-            point, low, high = probability_of_improvement(scores[x.label], scores[y.label])
-            pairs.append({"x": x.label, "y": y.label, "p_x_beats_y": point, "low": low, "high": high})
+    for i, j in itertools.permutations(range(len(groups)), 2):
+        if (i, j) in estimates:
+            point, low, high = estimates[i, j]
+            pairs.append({"x": groups[i].label, "y": groups[j].label, "p_x_beats_y": point, "low": low, "high": high})
     return pd.DataFrame(rows), pd.DataFrame(pairs)
 
 
@@ -190,26 +252,60 @@ def markdown(table: pd.DataFrame, pairs: pd.DataFrame, gamma: float | None) -> s
     return "\n".join(lines) + "\n"
 
 
-def draw(groups: list[Group], grid: np.ndarray, path: Path) -> None:
+def y_label(groups: list[Group]) -> str:
+    kinds = {g.curve_kind for g in groups}
+    if kinds == {EVALUATION}:
+        return "mean return (evaluations during training)"
+    if kinds == {TRAINING}:
+        return "mean return (training, moving window)"
+    return "mean return (evaluations or training mean: see legend)"
+
+
+def figure(groups: list[Group]) -> Figure:
+    """The figure: per group, its mean with the band where its runs overlap and each run whole (each line's
+    gid is its run dir, or "mean <group index>")."""
     import matplotlib
 
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    fig, ax = plt.subplots(figsize=(8, 4.5))
-    for group in groups:
-        matrix = curves(group, grid)
-        mean, low, high = band(matrix)
-        line, = ax.plot(grid, mean, label=f"{group.label} ({len(group.runs)} run{'s' * (len(group.runs) > 1)})")
-        if len(group.runs) > 1:
-            ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
-        for row in matrix:
-            ax.plot(grid, row, color=line.get_color(), alpha=0.25, linewidth=0.6)
+    fig, ax = plt.subplots(figsize=(9, 5.5), layout="constrained")
+    mixed = len({g.curve_kind for g in groups}) > 1
+    for index, group in enumerate(groups):
+        n, kind = len(group.runs), group.curve_kind
+        style = "--" if mixed and kind == TRAINING else "-"
+        label = textwrap.fill(f"{group.label} ({n} run{'s' * (n > 1)}, {kind})", 90, subsequent_indent="  ")
+        if n == 1:  # the run itself
+            ax.plot(*group.runs[0].curve(kind), style, label=label, linewidth=1.6, gid=str(group.runs[0].path))
+            continue
+        grid = step_grid(group)
+        mean, low, high = band(curves(group, grid))
+        line, = ax.plot(grid, mean, style, label=label, linewidth=1.8, gid=f"mean {index}")
+        ax.fill_between(grid, low, high, color=line.get_color(), alpha=0.2, linewidth=0)
+        for run in group.runs:
+            ax.plot(*run.curve(kind), style, color=line.get_color(), alpha=0.35, linewidth=0.7, gid=str(run.path))
+    envs = ", ".join(dict.fromkeys(g.env_id for g in groups))
+    runs = sum(len(g.runs) for g in groups)
+    fig.suptitle(f"{envs}: mean return of {runs} run{'s' * (runs > 1)} in {len(groups)} "
+                 f"configuration{'s' * (len(groups) > 1)}")
+    what = ("Thin lines: each run, to its last step. Thick line: a configuration's mean over its runs, and band: "
+            "the 95% stratified-bootstrap interval of that mean (rliable), up to the last step all its runs reached."
+            if any(len(g.runs) > 1 for g in groups) else "Each line: one run, to its last step.")
+    if mixed:
+        what += (" Solid: evaluations during training; dashed: training mean return (a moving window), for "
+                 "configurations whose runs did not all evaluate during training.")
+    ax.set_title(textwrap.fill(what, 120, break_on_hyphens=False), fontsize="small")
     ax.set_xlabel("environment steps")
-    ax.set_ylabel("mean return (training)")
+    ax.set_ylabel(y_label(groups))
     ax.grid(alpha=0.3)
-    ax.legend(fontsize="small")
-    fig.tight_layout()
+    fig.legend(fontsize="small", loc="outside lower left")
+    return fig
+
+
+def draw(groups: list[Group], path: Path) -> None:
+    import matplotlib.pyplot as plt
+
+    fig = figure(groups)
     write_atomic(path, lambda f: fig.savefig(f, format="png", dpi=100))
     plt.close(fig)
 
@@ -229,14 +325,23 @@ def plot_runs(patterns: list[str], base: Path, output: Path, gamma: float | None
     dirs = find_runs(patterns, base)
     if not dirs:
         raise UserError(f"+runs={patterns}: no run dir with a history.parquet matches")
-    runs = [run for run in map(load_run, dirs) if len(run.history)]
+    log.info(f"plot: reading {len(dirs)} run dir{'s' * (len(dirs) > 1)}")
+    runs, shown = [], time.monotonic()
+    for done, path in enumerate(dirs, 1):
+        run = load_run(path)
+        runs += [run] if len(run.history) else []
+        if time.monotonic() - shown > PROGRESS_SECONDS and done < len(dirs):
+            log.info(f"plot: read {done}/{len(dirs)} run dirs")
+            shown = time.monotonic()
     if not runs:
         raise UserError(f"+runs={patterns}: the matching runs have no finished episode yet")
     groups = group_runs(runs)
     if gamma is None:  # the runs' common target reward, if they share one
         targets = {flat(run.config).get("run.target_reward") for run in runs}
         gamma = float(targets.pop()) if len(targets) == 1 and None not in targets else None
-    draw(groups, step_grid(groups), output)
+    log.info(f"plot: {len(runs)} run{'s' * (len(runs) > 1)} with episodes in {len(groups)} group(s); drawing "
+             f"and bootstrapping (rliable)")
+    draw(groups, output)
     table, pairs = statistics(groups, gamma)
     write_atomic(output.with_suffix(".md"), lambda f: f.write(markdown(table, pairs, gamma).encode()))
     write_atomic(output.with_suffix(".csv"), lambda f: f.write(table.to_csv(index=False).encode()))

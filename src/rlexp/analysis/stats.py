@@ -67,12 +67,19 @@ def group_statistics(scores: Mapping[str, np.ndarray], gamma: float, seed: int =
                 for i, n in enumerate(names)} for k in matrices}
 
 
+def improvement(x: np.ndarray, y: np.ndarray) -> float:
+    """rliable's `metrics.probability_of_improvement` (the Mann-Whitney U of X over Y, divided by the number
+    of pairs, averaged over tasks) in one NumPy expression: a SciPy call for each bootstrap resample made
+    mode=plot take a minute over a few groups."""
+    wins = (x[:, None, :] > y[None, :, :]) + 0.5 * (x[:, None, :] == y[None, :, :])
+    return float(wins.mean())  # every task has the same number of pairs: the mean over pairs and tasks
+
+
 def probability_of_improvement(x: np.ndarray, y: np.ndarray, seed: int = 0) -> tuple[float, float, float]:
     """P(X > Y): the probability that a run of X beats a run of Y on a task (ties count half), averaged over
     tasks, with its 95% bootstrap interval."""
-    _, metrics = _rliable()
     pair = (np.asarray(x, dtype=float).reshape(len(x), -1), np.asarray(y, dtype=float).reshape(len(y), -1))
-    points, intervals = _estimate({"xy": pair}, metrics.probability_of_improvement, seed)
+    points, intervals = _estimate({"xy": pair}, improvement, seed)
     low, high = np.ravel(intervals["xy"])
     return float(np.ravel(points["xy"])[0]), float(low), float(high)
 

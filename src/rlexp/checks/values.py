@@ -4,19 +4,20 @@ from __future__ import annotations
 import math
 from typing import Any, Mapping
 
-from omegaconf import DictConfig
+from omegaconf import DictConfig, OmegaConf
 
-from rlexp.errors import UserError
+from rlexp.errors import PLUS_OPTIONS, UserError
 
 PROGRESS = ("auto", "bar", "log", "none")
 PRECISIONS = ("auto", False, True, "float16", "bfloat16")
 FALLBACKS = ("auto", "none", None)  # null: none
-SECTIONS = {"run": "run.max_steps=1e5", "play": "play.episodes=3"}
+SECTIONS = {"run": "run.max_steps=1e5", "play": "play.episodes=3", "zoo": "zoo.rows=false"}
 SEED_MAX = 2**32 - 1  # NumPy's legacy seeding (Keras' set_random_seed) takes seeds in [0, 2**32)
 # make_envs' whole-number arguments: the least value each takes (max_episode_steps: null for the env's own limit)
 ENV_WHOLE = {"n_envs": 1, "frame_stack": 1, "screen_size": 1, "noop_max": 0, "max_episode_steps": 1}
 ENV_FLAGS = ("preprocess", "max_frame", "life_loss_terminal", "clip_rewards")
 VECTORIZATIONS = ("auto", "sync", "async", "vector", "graph", "envpool")
+FLAGS = {"zoo.rows": (True, False), "render": (True, False)}  # top-level switches: true or false only
 
 
 def _one_of(value: Any, allowed: tuple) -> bool:
@@ -99,7 +100,8 @@ def check_fit_arguments(max_steps: Any, target_reward: Any, checkpoint_interval:
 
 
 def check_command(cfg: DictConfig) -> None:
-    """Top-level values of this command line (not of a stored run config): fallback and the run/play sections."""
+    """Top-level values of this command line (not of a stored run config): fallback, the run/play sections, the
+    switches (zoo.rows, +render: true or false) and the +options."""
     if not _one_of(cfg.get("fallback", "auto"), FALLBACKS):
         raise UserError(f"fallback={cfg.fallback!r} must be auto (RL Zoo's defaults for a pair without a tuned preset) "
                         "or none (or null: the agent preset's own values)")
@@ -107,6 +109,28 @@ def check_command(cfg: DictConfig) -> None:
         if not isinstance(cfg.get(section), DictConfig):
             raise UserError(f"{section}={cfg.get(section)!r}: {section} is a section of settings; set its keys "
                             f"instead, e.g. {example}")
+    for key, allowed in FLAGS.items():
+        value = OmegaConf.select(cfg, key, default=None)
+        if value is not None and not _one_of(value, allowed):
+            raise UserError(f"{'+' if key in PLUS_OPTIONS else ''}{key}={value!r} must be "
+                            f"{' or '.join(str(option).lower() for option in allowed)}")
+    check_plus_options()
+
+
+def check_plus_options(overrides: list[str] | None = None) -> None:
+    """A misspelt +option (`+resum=...`, `+video_dri=...`) is refused, naming the option it is close to: Hydra adds
+    any key given with +, so the run would go on without it."""
+    import difflib
+
+    from rlexp.runs.dirs import task_overrides
+
+    for override in task_overrides() if overrides is None else overrides:
+        key, _, value = override.lstrip("+").partition("=")
+        if not override.startswith("+") or "." in key or key in PLUS_OPTIONS:
+            continue
+        close = difflib.get_close_matches(key, PLUS_OPTIONS, n=1, cutoff=0.8)
+        if close:
+            raise UserError(f"+{key}: no such option; did you mean +{close[0]}={value}?")
 
 
 def check_settings(cfg: DictConfig) -> None:

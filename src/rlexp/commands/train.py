@@ -11,7 +11,7 @@ from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.build import build_agent, check_config, setup_tensorflow, startup_done
 from rlexp.errors import RunFailed, UserError
-from rlexp.runs.checkpoints import PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
+from rlexp.runs.checkpoints import BEST, PREVIOUS, DamagedCheckpoint, diverged, resume_checkpoint, write_failure
 from rlexp.runs.dirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep,
                              new_run_dir, run_config, run_dir_key, stored_config, task_overrides, unclaim_run_dir,
                              write_run_config)
@@ -131,16 +131,17 @@ def resume_setup(cfg: DictConfig, resume: str) -> tuple[DictConfig, Path, Path |
 
     key = f"+resume={resume}"
     run_dir = absolute(resume)
+    check_run_dir(run_dir, key)
     config_file = run_dir / ".hydra" / "config.yaml"
-    if not (run_dir / CHECKPOINT).exists() and not (run_dir / CHECKPOINT).with_name(PREVIOUS).exists() \
-            and not config_file.exists():
-        raise UserError(f"{key}: no checkpoint at {run_dir / CHECKPOINT}; pass the run dir of a training run")
     check_writable(run_dir, key)
     lock = RunLock(run_dir).acquire(key)
     try:
         ckpt = resume_checkpoint(run_dir, key)
         if ckpt is None:
-            log.info(f"{run_dir} has no checkpoint yet: training it again from step 0 with its config")
+            best = run_dir / CHECKPOINT.with_name(BEST)
+            weights = f" ({best} holds weights only)" if best.exists() else ""
+            log.info(f"{run_dir} has no checkpoint to resume yet{weights}: training it again from step 0 with its "
+                     "config")
         stored = stored_config(ckpt or config_file, cfg, None if ckpt else OmegaConf.to_container(
             OmegaConf.load(config_file)))
         if stored.get("fallback", "auto") not in ("auto", "none", None):  # compare like with like
@@ -166,6 +167,21 @@ def resume_setup(cfg: DictConfig, resume: str) -> tuple[DictConfig, Path, Path |
     return stored, run_dir, ckpt, lock
 
 
+def check_run_dir(run_dir: Path, key: str) -> None:
+    """+resume's folder is a training run's dir: one that exists and holds its checkpoint or config (a file
+    inside a run dir, such as its last.ckpt, names the run dir to pass instead)."""
+    where = "pass the run dir of a training run (outputs/<date>/<time>_<agent>_<env>)"
+    if not run_dir.exists():
+        raise UserError(f"{key}: no such run dir {run_dir}; {where}")
+    if not run_dir.is_dir():
+        owner = next((p for p in run_dir.parents if (p / ".hydra" / "config.yaml").exists()), None)
+        raise UserError(f"{key}: {run_dir} is a file; " + (f"resume its run with +resume={owner}" if owner else where))
+    if not (run_dir / CHECKPOINT).exists() and not (run_dir / CHECKPOINT).with_name(PREVIOUS).exists() \
+            and not (run_dir / ".hydra" / "config.yaml").exists():
+        raise UserError(f"{key}: {run_dir} is not a run dir (it has no checkpoints/last.ckpt or .hydra/config.yaml); "
+                        f"{where}")
+
+
 def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
            restart: bool = False) -> float | dict[str, float]:
     """Train (from `resume_from`; with `restart` a run that wrote no checkpoint yet, its files started over)."""
@@ -189,8 +205,7 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
 
         precision = "float32" if agent.precision == "float32" else f"{agent.precision.split('_')[-1]} compute"
         log.info(f"training {type(agent).__name__} on {cfg.env.id} ({stepping(agent.envs)}, {precision}) -> {run_dir}")
-    tracker = make_tracker(cfg, run_dir, agent if resume_from is not None or restart else None,
-                           agent.first_update_step())
+    tracker = make_tracker(cfg, run_dir, agent if resume_from is not None or restart else None, agent)
     failed = True
     try:
         summary = agent.fit(cfg.run.max_steps, cfg.run.target_reward, run_dir=run_dir,
@@ -266,9 +281,10 @@ def progress_mode(cfg: DictConfig) -> str:
     return "log" if mode == "auto" and in_sweep() else mode
 
 
-def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None, learning_start: int = 0):
+def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None, agent: Any = None):
     """TensorBoard always (a `resumed` agent's event files made to agree with its history first); Weights &
-    Biases with logger=wandb (grouped by sweep in --multirun)."""
+    Biases with logger=wandb (grouped by sweep in --multirun); in a trial of rlexp's sweeper, its tracker for the
+    study (rlexp.sweep.trial_reporter, told the trial's `agent`)."""
     from rlexp.runs.tracking import TensorBoard, Trackers, Wandb
 
     resume = (resumed.history.rows, resumed.steps) if resumed is not None else None
@@ -282,8 +298,7 @@ def make_tracker(cfg: DictConfig, run_dir: Path, resumed: Any = None, learning_s
     if in_sweep():
         from rlexp.sweep import trial_reporter
 
-        reporter = trial_reporter(int(float(cfg.run.max_steps)), int(cfg.run.get("eval_interval") or 0),
-                                  learning_start=learning_start)
+        reporter = trial_reporter(int(float(cfg.run.max_steps)), int(cfg.run.get("eval_interval") or 0), agent)
         if reporter is not None:
             trackers.append(reporter)
     return Trackers(trackers)

@@ -14,9 +14,9 @@ from hydra_plugins.rlexp_searchpath import user_config_dir
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.errors import UserError
-from rlexp.presets.merge import (apply_overrides, fit_sequences, merge_tuned, model_is_its_own, say_over_choices,
-                                 say_overridden)
-from rlexp.presets.sources import hydra_choices, hydra_preset, own_values, preset_exists
+from rlexp.presets.merge import (apply_overrides, fit_sequences, keep_own, merge_tuned, model_is_its_own,
+                                 say_over_choices)
+from rlexp.presets.sources import edited, hydra_choices, hydra_preset, own_values, preset_exists
 from rlexp.presets.zoo.merge import merge_zoo, over_row, registered, zoo_row
 from rlexp.runs.dirs import GENERIC_ENV, env_command, env_display_name, in_sweep
 
@@ -45,8 +45,10 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
     """cfg as the pair trains: a tuned preset set over RL Zoo's row for the pair with the row under it (a tuned
     preset of the pair's whole values alone); else the pair's RL Zoo row (shipped, or zoo.file / zoo.row); else
     the fallback preset of the env's kind, under the user's values (the command line's `overrides`, their own
-    presets'). Also the line that names what the run uses (the run's first log line, logged once the envs and
-    agent are built: bad input stays a single error line)."""
+    presets'). The values the user's own presets set win over a shipped row and a shipped tuned preset (said in a
+    line; `keep_own`); their own tuned preset and RL Zoo row win over those. Also the line that names what the run
+    uses (the run's first log line, logged once the envs and agent are built: bad input stays a single error
+    line)."""
     if cfg.get("fallback", "auto") is None:
         with open_dict(cfg):
             cfg.fallback = "none"  # null is none, saved as such
@@ -56,13 +58,15 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
     pair = f"{agent}+{env_display_name(choices.get('env'), cfg.env.id)}"
     tuned = choices.get("tuned")
     users_zoo = bool((cfg.get("zoo") or {}).get("file") or (cfg.get("zoo") or {}).get("row"))
-    if tuned and preset_exists("tuned", tuned) and not (users_zoo and not hydra_preset("tuned", tuned)[1]):
+    if tuned and preset_exists("tuned", tuned) and not (users_zoo and not edited("tuned", tuned)):
         path, own = hydra_preset("tuned", tuned)  # (your own RL Zoo row wins over a shipped tuned preset)
         preset = OmegaConf.load(path)
-        say_overridden(cfg, preset, choices, f"tuned/{tuned}.yaml")
         say_over_choices(preset, choices, overrides, f"tuned/{tuned}.yaml")
-        where = f"tuned/{tuned}.yaml " + (f"(your own: {path})" if own else "(shipped with rlexp)")
+        users = edited("tuned", tuned)  # (an unchanged copy of rlexp's preset is rlexp's)
+        where = f"tuned/{tuned}.yaml " + (f"(your own: {path})" if users else f"(your unchanged copy: {path})"
+                                          if own else "(shipped with rlexp)")
         if not over_row(path):  # the pair's whole values (an autotuned preset, an rlexp agent's)
+            keep_own(cfg, preset, choices, f"tuned/{tuned}.yaml", users, overrides)
             return cfg, f"tuned preset for {pair}: {where}"
         row, refused = zoo_row(agent, cfg, shipped_rows=True)  # what rlexp (or your copy) sets over the row
         if row is None and not registered(str(cfg.env.id)):
@@ -71,15 +75,20 @@ def apply_fallback(cfg: DictConfig, choices: dict[str, str], overrides: list[str
             raise UserError(f"tuned/{tuned}.yaml ({path}) is set over RL Zoo's row for {pair}, which "
                             f"{refused.strip(' ();') or 'is not found for this agent, model and env'}; train the "
                             "pair with its row (drop the option that changes it) or with your own tuned preset")
-        return merge_zoo(cfg, row, overrides, choices, over=preset), (f"RL Zoo's row for {pair}: {row.source}, "
-                                                                     f"with {where} over it")
+        merged = merge_zoo(cfg, row, overrides, choices, over=preset)
+        keep_own(merged, preset, choices, f"tuned/{tuned}.yaml", users, overrides)
+        with open_dict(merged):
+            fit_sequences(merged)
+        return merged, f"RL Zoo's row for {pair}: {row.source}, with {where} over it"
     if choices.get("env") == GENERIC_ENV:  # env=generic env.id=X: autotune's tuned/<agent>_<X as run dirs name it>
         named = f"{agent}_{env_display_name(GENERIC_ENV, str(cfg.env.id))}"
         path, own = hydra_preset("tuned", named)
         if path is not None:
             say_over_choices(OmegaConf.load(path), choices, overrides, f"tuned/{named}.yaml", leave_out="")
-            return merge_tuned(cfg, path, overrides), (f"tuned preset for {pair}: tuned/{named}.yaml "
-                                                       + (f"(your own: {path})" if own else "(shipped with rlexp)"))
+            merged = merge_tuned(cfg, path, overrides)
+            keep_own(merged, OmegaConf.load(path), choices, f"tuned/{named}.yaml", edited("tuned", named), overrides)
+            return merged, (f"tuned preset for {pair}: tuned/{named}.yaml "
+                            + (f"(your own: {path})" if own else "(shipped with rlexp)"))
     hint = autotune_hint(agent, choices.get("env"), str(cfg.env.id))
     if str(cfg.get("fallback", "auto")) != "auto" and not users_zoo:
         return cfg, f"no tuned preset for {pair}: fallback=none, so the agent preset's own values{hint}"

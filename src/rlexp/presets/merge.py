@@ -1,6 +1,6 @@
 """A preset merged over the composed config as the defaults list would merge it: tuned presets, the command
-line's values applied again over it, a line naming what the merge overrides of the user's own presets, and a
-recurrent model's minibatches of whole sequences."""
+line's values applied again over it, the user's own presets' values kept over what rlexp ships (said in a line),
+and a recurrent model's minibatches of whole sequences."""
 from __future__ import annotations
 
 import logging
@@ -9,7 +9,7 @@ from typing import Any
 from hydra.core.override_parser.overrides_parser import OverridesParser
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlexp.presets.sources import SECTIONS, hydra_preset, own_keys, preset_values
+from rlexp.presets.sources import SECTIONS, own_keys, preset_sources, preset_values
 
 log = logging.getLogger("rlexp")
 
@@ -33,20 +33,37 @@ def apply_overrides(cfg: DictConfig, overrides: list[str]) -> None:
             OmegaConf.update(cfg, key, override.value(), force_add=True)
 
 
-def say_overridden(cfg: DictConfig, sections: Any, choices: dict[str, str], by: str) -> None:
-    """One line naming the keys of the user's own presets (--config-dir) that `by` (a tuned preset or an RL Zoo
-    row, merged over them) sets to other values."""
-    lost = []
+def keep_own(merged: DictConfig, layer: Any, choices: dict[str, str], by: str, users: bool = False,
+             overrides: list[str] = ()) -> None:
+    """The keys of the user's own presets (--config-dir: added, or changed from the shipped preset of the same
+    name) that `layer` (the sections of `by`, an RL Zoo row or a tuned preset merged over them into `merged`) sets
+    to other values: set back to the user's values in `merged`, as the user's presets win over what rlexp ships,
+    and said in one line. Where `layer` is the user's own too (`users`: their tuned preset, zoo.file or zoo.row),
+    it wins, and the line says that instead. Keys of the command line's `overrides` are left to it."""
+    given = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
+    kept: dict[Any, list[str]] = {}
+    lost: dict[Any, list[str]] = {}
     for group in SECTIONS:
-        if group not in choices or group not in cfg or group not in sections:
+        if group not in choices or group not in merged or group not in layer or not layer[group]:
             continue
-        keys = own_keys(group, choices[group]) & set(sections[group].keys())
-        path, _ = hydra_preset(group, choices[group])
-        mine = OmegaConf.load(path) if keys else {}
-        changed = [f"{group}.{key}" for key in sorted(keys) if mine.get(key, None) != sections[group][key]]
-        lost += [f"{', '.join(changed)} ({path})"] if changed else []
+        theirs = layer[group] if isinstance(layer[group], dict) else OmegaConf.to_container(layer[group])
+        keys = own_keys(group, choices[group]) & set(theirs)
+        mine = preset_sources(group, choices[group]) if keys else {}
+        for key in sorted(keys):
+            if key not in mine or mine[key][0] == theirs[key] or f"{group}.{key}" in given:
+                continue
+            value, path = mine[key]
+            if users:
+                lost.setdefault(path, []).append(f"{group}.{key}")
+                continue
+            OmegaConf.update(merged, f"{group}.{key}", value, force_add=True)
+            kept.setdefault(path, []).append(f"{group}.{key} {value} (its {theirs[key]})")
     if lost:
-        log.info(f"{by} sets {'; '.join(lost)} over your own presets: set them on the command line to keep yours")
+        said = "; ".join(f"{', '.join(keys)} ({path})" for path, keys in lost.items())
+        log.info(f"{by} sets {said} over your own presets: set them on the command line to keep yours")
+    if kept:
+        said = "; ".join(f"{', '.join(keys)} from {path}" for path, keys in kept.items())
+        log.info(f"your own presets win over {by}: {said}")
 
 
 def say_over_choices(preset: Any, choices: dict[str, str], overrides: list[str], by: str,

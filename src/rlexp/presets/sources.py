@@ -102,8 +102,13 @@ def preset_keys(group: str, name: str, seen: frozenset[str]) -> tuple[set[str], 
     return every, own
 
 
-def preset_values(group: str, name: str, seen: frozenset[str] = frozenset()) -> dict[str, Any]:
+def preset_values(group: str, name: str) -> dict[str, Any]:
     """<group>/<name>.yaml's values as Hydra composes that preset alone: each `defaults` entry, then its own."""
+    return {key: value for key, (value, _) in preset_sources(group, name).items()}
+
+
+def preset_sources(group: str, name: str, seen: frozenset[str] = frozenset()) -> dict[str, tuple[Any, Any]]:
+    """{key: (its value, the file that sets it)} of <group>/<name>.yaml composed alone, as `preset_values`."""
     path, _ = hydra_preset(group, name)
     if path is None or f"{group}/{name}" in seen:
         return {}
@@ -113,12 +118,12 @@ def preset_values(group: str, name: str, seen: frozenset[str] = frozenset()) -> 
     defaults = preset.get("defaults")
     entries = list(defaults) if isinstance(defaults, list) else []
     entries += [] if "_self_" in entries else ["_self_"]
-    values: dict[str, Any] = {}
+    values: dict[str, tuple[Any, Any]] = {}
     for entry in entries:
         if entry == "_self_":
-            values.update({k: v for k, v in preset.items() if k != "defaults"})
+            values.update({k: (v, path) for k, v in preset.items() if k != "defaults"})
         elif (parent := parent_preset(group, entry)) is not None:
-            values.update(preset_values(*parent, seen | {f"{group}/{name}"}))
+            values.update(preset_sources(*parent, seen | {f"{group}/{name}"}))
     return values
 
 
@@ -127,11 +132,47 @@ def shipped_file(group: str, name: str) -> Any:
     return importlib.resources.files("rlexp.conf") / group / f"{name}.yaml"
 
 
+def edited(group: str, name: str) -> bool:
+    """Whether <group>/<name>.yaml is the user's own and not an unchanged copy of rlexp's preset of that name (as
+    `mode=init` makes): such a copy is rlexp's preset, whoever holds it."""
+    path, users = hydra_preset(group, name)
+    if not users:
+        return False
+    shipped = shipped_file(group, name)
+    return not shipped.is_file() or OmegaConf.to_container(OmegaConf.load(path)) != OmegaConf.to_container(
+        OmegaConf.load(shipped))
+
+
 def changed_keys(group: str, name: str, preset: dict) -> set[str]:
     """Keys of `preset` absent from, or set differently in, the shipped <group>/<name>.yaml."""
     shipped_path = shipped_file(group, name)
     shipped = OmegaConf.to_container(OmegaConf.load(shipped_path)) if shipped_path.is_file() else {}
     return {key for key, value in preset.items() if key != "defaults" and (key not in shipped or shipped[key] != value)}
+
+
+def env_preset_for_id(env_id: str, config_dir: str | None = None) -> str | None:
+    """The env preset whose own file sets `id: <env_id>` (your own in `config_dir` first, then rlexp's shipped ones
+    that yours do not replace; by name where several do), read without Hydra; None where there is none."""
+    import yaml
+
+    folders: list[Any] = [Path(config_dir) / "env"] if config_dir else []
+    folders.append(importlib.resources.files("rlexp.conf") / "env")
+    seen: set[str] = set()
+    for folder in folders:
+        if not folder.is_dir():
+            continue
+        for path in sorted((p for p in folder.iterdir() if p.name.endswith(".yaml")), key=lambda p: p.name):
+            name = path.name[:-len(".yaml")]
+            if name in seen:
+                continue
+            seen.add(name)
+            try:
+                preset = yaml.safe_load(path.read_text())
+            except (OSError, yaml.YAMLError):
+                continue
+            if isinstance(preset, dict) and str(preset.get("id")) == env_id:
+                return name
+    return None
 
 
 def own_values(cfg: DictConfig, choices: dict[str, str]) -> DictConfig:

@@ -114,6 +114,18 @@ def resume_checkpoint(run_dir: Path, key: str) -> Path | None:
     raise DamagedCheckpoint(f"{key}: {damaged(target, ValueError('a member fails its checksum'))}")
 
 
+CHECKPOINT_SHARE = 0.02  # the most of the training time that writing `last` checkpoints may take
+
+
+def checkpoint_wait(interval: float, write_seconds: float) -> float:
+    """Seconds from one `last` checkpoint to the next: `interval` (run.checkpoint_interval; 0: after every
+    iteration), or where writing one took more than CHECKPOINT_SHARE of that (a replay buffer of hundreds of MB),
+    `write_seconds / CHECKPOINT_SHARE`, so that checkpoints never slow training by more than that share."""
+    if interval <= 0:
+        return 0.0
+    return max(float(interval), write_seconds / CHECKPOINT_SHARE)
+
+
 def write_failure(error: OSError, run_dir: Path) -> str:
     """One line for a write that failed during training (disk full, permissions), true to what is on disk: the
     checkpoint +resume will continue from, or that there is none yet and +resume starts the run again."""

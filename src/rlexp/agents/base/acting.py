@@ -2,6 +2,7 @@
 generator), evaluation episodes and play."""
 from __future__ import annotations
 
+from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,29 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.envs.wrappers import with_lost_lives
+from rlexp.errors import UserError
+
+
+def fits(space: gym.Space, obs: Any, batched: bool) -> bool:
+    """Whether `obs` is one observation of `space` (a batch of them with `batched`), by its parts' shapes."""
+    if isinstance(space, gym.spaces.Dict):
+        return isinstance(obs, Mapping) and set(obs) == set(space.spaces) and all(
+            fits(space[key], obs[key], batched) for key in space.spaces)
+    if isinstance(space, gym.spaces.Tuple):
+        return isinstance(obs, (tuple, list)) and len(obs) == len(space.spaces) and all(
+            fits(part, o, batched) for part, o in zip(space.spaces, obs))
+    shape = np.shape(obs)
+    return shape[1:] == space.shape and len(shape) == len(space.shape) + 1 if batched else shape == space.shape
+
+
+def shapes(x: Any) -> Any:
+    """The shapes of a space's or an observation's parts, as they print in an error message."""
+    parts = x.spaces if isinstance(x, (gym.spaces.Dict, gym.spaces.Tuple)) else x
+    if isinstance(parts, Mapping):
+        return {key: shapes(part) for key, part in parts.items()}
+    if isinstance(parts, tuple):
+        return tuple(shapes(part) for part in parts)
+    return x.shape if isinstance(x, gym.Space) else np.shape(x)
 
 
 class Acting:
@@ -24,15 +48,39 @@ class Acting:
         return np.stack([gym.spaces.flatten(self.structured_space, o)
                          for o in gym.vector.utils.iterate(batched, obs)]).astype(np.float32)
 
-    def act(self, obs: np.ndarray, episode_starts: np.ndarray | None = None, deterministic: bool = True) -> np.ndarray:
-        """Actions for a batch of observations: the policy's deterministic ones, or (`deterministic=False`)
-        drawn from it with the evaluation generator. `episode_starts` flags the envs whose episode starts with
-        this observation (recurrent policies reset their state there; None: all on the first call)."""
+    def act(self, obs: Any, episode_starts: np.ndarray | bool | None = None, deterministic: bool = True) -> np.ndarray:
+        """Actions for a batch of observations, or one action for one observation (as SB3's `predict`): the
+        policy's deterministic ones, or (`deterministic=False`) drawn from it with the evaluation generator.
+        `episode_starts` flags the envs whose episode starts with this observation (recurrent policies reset
+        their state there; None: all on the first call). Another shape raises `UserError` naming the shape."""
+        obs, single = self.obs_batch(obs)
+        if single and episode_starts is not None:
+            episode_starts = np.reshape(episode_starts, (1,))
         obs = self.normalizer.obs(self.flat_obs(obs)).astype(self.obs_dtype, copy=False)
         actions = self.policy_actions(obs, episode_starts, deterministic)
         if self.action_kind == "continuous":
             actions = np.clip(actions, self.action_space.low, self.action_space.high)
-        return actions
+        return actions[0] if single else actions
+
+    def obs_batch(self, obs: Any) -> tuple[Any, bool]:
+        """(a batch of observations, whether `obs` was one observation): one gets a batch axis. Dict/Tuple
+        observations may come as their parts or flattened (as rlexp's envs give them)."""
+        space = self.structured_space
+        if space is not None and fits(space, obs, batched=False):
+            return gym.spaces.flatten(space, obs)[None].astype(np.float32), True
+        if space is not None and fits(space, obs, batched=True):
+            return obs, False
+        if not isinstance(obs, (Mapping, tuple)):
+            array = np.asarray(obs)
+            if fits(self.observation_space, array, batched=False):
+                return array[None], True
+            if fits(self.observation_space, array, batched=True):
+                return array, False
+        shape = self.observation_space.shape
+        batch = f"(n, {', '.join(map(str, shape))})" if shape else "(n,)"
+        expected = (f"one of shape {shape} or a batch of shape {batch}" if space is None else
+                    f"one with parts of shapes {shapes(space)} or flattened to {shape}, or a batch of either")
+        raise UserError(f"act: an observation of shape {shapes(obs)}; {type(self).__name__} takes {expected}")
 
     def policy_actions(self, obs: np.ndarray, episode_starts: np.ndarray | None,
                        deterministic: bool = True) -> np.ndarray:

@@ -78,7 +78,10 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
         lr_schedule: 'constant' or 'linear' (decays to 0 at the fit's max_steps).
         schedule_steps: env steps over which linear schedules decay to 0 (None: the fit's max_steps). Set it
             to stop a run partway through a longer schedule, e.g. the first 10M frames of RL Zoo's 40M.
-        optimizer: 'adam' or 'rmsprop' (RMSprop with rho 0.99 and `opt_epsilon`, as in A2C papers and SB3).
+        optimizer: 'adam' (Keras'), 'adam_torch' (PyTorch's, SB3's: epsilon added to the bias-corrected root),
+            'rmsprop' (Keras' RMSprop, as in A2C papers and SB3) or 'rmsprop_tf' (TensorFlow 1's RMSProp, SB3's
+            RMSpropTFLike: its mean square starts at one).
+        opt_rho, opt_momentum, opt_centered: RMSprop's discount (PyTorch's alpha), momentum and centring.
         reward_buffer_size: episodes in the running mean reward; the best mean (best.ckpt) and plateaus count
             only means over a full window.
         divergence_monitoring_steps: steps after which plateau LR reduction and early stopping act (None: off).
@@ -114,7 +117,8 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
     def __init__(self, envs: gym.vector.VectorEnv, model: Mapping[str, Any] | str | None = None,
                  buffer: Any = None, *, seed: int | None = None, gamma: float = 0.99, lr: float = 7e-4,
                  lr_schedule: str = "constant", schedule_steps: float | None = None, optimizer: str = "adam",
-                 beta1: float = 0.9, beta2: float = 0.999, opt_epsilon: float = 1e-7, reward_buffer_size: int = 100,
+                 beta1: float = 0.9, beta2: float = 0.999, opt_epsilon: float = 1e-7, opt_rho: float = 0.99,
+                 opt_momentum: float = 0.0, opt_centered: bool = False, reward_buffer_size: int = 100,
                  divergence_monitoring_steps: int | None = None, plateau_reduce_factor: float = 0.9,
                  plateau_reduce_patience: int = 10, early_stop_patience: int = 3, log_frequency: int = 10,
                  display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
@@ -154,10 +158,14 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
         if lr_schedule not in self.lr_schedules:
             raise UserError(f"agent.lr_schedule={lr_schedule!r} must be one of {', '.join(self.lr_schedules)} "
                             f"for {type(self).__name__}")
-        if optimizer not in ("adam", "rmsprop"):
-            raise UserError(f"agent.optimizer={optimizer!r} must be 'adam' or 'rmsprop'")
+        if optimizer not in ("adam", "adam_torch", "rmsprop", "rmsprop_tf"):
+            raise UserError(f"agent.optimizer={optimizer!r} must be 'adam', 'adam_torch', 'rmsprop' or 'rmsprop_tf'")
         self.gamma, self.lr, self.lr_schedule, self.optimizer_name = float(gamma), float(lr), lr_schedule, optimizer
         self.beta1, self.beta2, self.opt_epsilon = float(beta1), float(beta2), float(opt_epsilon)
+        self.opt_rho, self.opt_momentum, self.opt_centered = float(opt_rho), float(opt_momentum), bool(opt_centered)
+        for name, value in dict(opt_rho=self.opt_rho, opt_momentum=self.opt_momentum).items():
+            if not 0 <= value < 1:
+                raise UserError(f"agent.{name}={value} must be in [0, 1)")
         if schedule_steps is not None and float(schedule_steps) < 1:
             raise UserError(f"agent.schedule_steps={schedule_steps} must be at least 1 (or null: run.max_steps)")
         self.schedule_steps = None if schedule_steps is None else int(float(schedule_steps))
@@ -305,12 +313,15 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
                            channels_first=channels_first, name=name, latent_of=latent_of, parts=self.obs_parts)
 
     def make_optimizer(self):
-        """Keras's Adam or RMSprop, with fused update kernels (rlexp.models.optimizers)."""
-        from rlexp.models.optimizers import FusedAdam, FusedRMSprop
+        """Keras's Adam or RMSprop, with fused update kernels, or TensorFlow 1's RMSProp (rlexp.models.optimizers)."""
+        from rlexp.models.optimizers import FusedAdam, FusedRMSprop, RMSpropTFLike
 
-        if self.optimizer_name == "rmsprop":
-            return FusedRMSprop(learning_rate=self.lr, rho=0.99, epsilon=self.opt_epsilon)
-        return FusedAdam(learning_rate=self.lr, beta_1=self.beta1, beta_2=self.beta2, epsilon=self.opt_epsilon)
+        if self.optimizer_name in ("rmsprop", "rmsprop_tf"):
+            kind = RMSpropTFLike if self.optimizer_name == "rmsprop_tf" else FusedRMSprop
+            return kind(learning_rate=self.lr, rho=self.opt_rho, momentum=self.opt_momentum,
+                        centered=self.opt_centered, epsilon=self.opt_epsilon)
+        return FusedAdam(learning_rate=self.lr, beta_1=self.beta1, beta_2=self.beta2, epsilon=self.opt_epsilon,
+                         torch_epsilon=self.optimizer_name == "adam_torch")
 
     def current_lr(self, steps: int | None = None) -> float:
         """The learning rate at `steps` env steps (default: now)."""

@@ -105,15 +105,17 @@ class FitLoop:
         return None
 
     def fit(self, max_steps: float, target_reward: float | None = None, run_dir: str | Path | None = None,
-            checkpoint_interval: float = 30.0, history_interval: float = 2.0, progress: str = "auto",
+            checkpoint_interval: float = 10.0, history_interval: float = 2.0, progress: str = "auto",
             config: Mapping[str, Any] | None = None, tracker: Any = None, evaluator: Any = None,
             verbose: int = 1) -> dict[str, Any]:
         """Train until `max_steps` env steps, the target mean reward, or early stopping.
 
-        With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there (the last.ckpt
-        each save replaces stays as previous.ckpt, which resume falls back to if last.ckpt is damaged); best.ckpt
-        holds the best mean over a full `reward_buffer_size` window of training episodes (none before the first
-        full window), or with an `evaluator` (rlexp.runs.evaluation.Evaluator) the best evaluation.
+        With `run_dir`, writes history.parquet, history.png and checkpoints/{last,best}.ckpt there: last.ckpt after
+        the first iteration, then every `checkpoint_interval` seconds (`rlexp.runs.checkpoints.checkpoint_wait`) and
+        at the end (the last.ckpt each save replaces stays as previous.ckpt, which resume falls back to if last.ckpt
+        is damaged); best.ckpt holds the best mean over a full `reward_buffer_size` window of training episodes
+        (none before the first full window), or with an `evaluator` (rlexp.runs.evaluation.Evaluator) the best
+        evaluation.
         `tracker` (see rlexp.runs.tracking) receives episode returns, losses, learning rate, steps/s and evaluations;
         it is flushed with the history.
         `verbose` (Stable-Baselines3's): 0 prints nothing but warnings; 1 progress (`progress`: 'auto' a live bar
@@ -139,6 +141,7 @@ class FitLoop:
         from rlexp.runs.tracking import Tracker
 
         from rlexp.checks.values import check_fit_arguments
+        from rlexp.runs.checkpoints import checkpoint_wait
 
         check_fit_arguments(max_steps, target_reward, checkpoint_interval, history_interval)
         tracker = tracker or Tracker()
@@ -156,6 +159,7 @@ class FitLoop:
                        self.display_precision, initial_steps=self.steps, initial_episodes=self.episodes)
         start_steps, self._first_call = self.steps, (0, 0.0)
         last_checkpoint = last_flush = last_best = time.perf_counter()
+        wait = float(checkpoint_interval)  # until the next `last` checkpoint (longer where writing one is slow)
         best_pending = False
         session_start, base_time = time.perf_counter(), self.train_time
         stop, iterations = [False], 0
@@ -183,9 +187,10 @@ class FitLoop:
                     if best_pending and now - last_best >= 1.0:
                         self.save(run_dir / "checkpoints" / "best.ckpt", full=False)
                         best_pending, last_best = False, now
-                    if now - last_checkpoint >= checkpoint_interval:
+                    if iterations == 1 or now - last_checkpoint >= wait:  # the first at once: resumable early
                         self.save(run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
                         tracker.flush()
+                        wait = checkpoint_wait(checkpoint_interval, time.perf_counter() - now)
                         last_checkpoint = last_flush = now
                     elif now - last_flush >= history_interval:
                         self.history.flush()

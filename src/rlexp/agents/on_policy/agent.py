@@ -36,6 +36,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
         use_sde: continuous actions: generalised state-dependent exploration (Raffin et al. 2022): the
             noise is the policy's last hidden features times a random matrix drawn from N(0, std^2)
             every `sde_sample_freq` steps (-1: once per rollout); std is a learned [features, actions] matrix.
+        use_expln: gSDE's stds from their logs by SB3's expln (log1p(x) + 1 above 0) instead of exp.
         sequence_length: recurrent models: the rollout is cut into sequences of this many steps per env
             (None: the whole rollout), each starting from the hidden state stored at its first step;
             minibatches are whole sequences (truncated backpropagation through time).
@@ -60,7 +61,8 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
 
     def __init__(self, envs: gym.vector.VectorEnv, model=None, buffer=None, *, n_steps: int = 128,
                  log_std_init: float = 0.0, state_dependent_std: bool = False, use_sde: bool = False,
-                 sde_sample_freq: int = -1, sequence_length: int | None = None, **kwargs) -> None:
+                 sde_sample_freq: int = -1, use_expln: bool = False, sequence_length: int | None = None,
+                 **kwargs) -> None:
         from rlexp.checks.values import whole
 
         self.n_steps = n_steps = whole("agent.n_steps", n_steps, 1)
@@ -70,6 +72,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
         self.rnn_states: list[tf.Variable] = []  # recurrent models: each state per env, carried across rollouts
         self.log_std_init, self.state_dependent_std = float(log_std_init), bool(state_dependent_std)
         self.sde = bool(use_sde) and space_kind(envs.single_action_space) == "continuous"
+        self.expln = bool(use_expln)
         self.sde_sample_freq = int(sde_sample_freq) if int(sde_sample_freq) > 0 else int(n_steps)
         if self.sde and self.state_dependent_std:
             raise UserError("agent.use_sde and agent.state_dependent_std exclude each other; pick one")

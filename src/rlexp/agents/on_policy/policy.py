@@ -49,7 +49,7 @@ class PolicyDistribution:
             return mean, tf.clip_by_value(log_std, -20.0, 2.0)
         if self.sde:  # var_k = sum_j features_j^2 std_jk^2
             mean, features = out[:, :self.n_actions], out[:, self.n_actions:]
-            variance = tf.matmul(tf.square(features), tf.exp(2.0 * self.log_std))
+            variance = tf.matmul(tf.square(features), tf.square(D.sde_std(self.log_std, self.expln)))
             return mean, 0.5 * tf.math.log(variance + 1e-6)
         return out, self.log_std
 
@@ -112,7 +112,8 @@ class PolicyDistribution:
             return D.bernoulli_sample(out, rng)
         if self.sde:
             features = out[:, self.n_actions:]
-            noise = tf.exp(self.log_std) * rng.normal(tf.concat([tf.shape(features)[:1], tf.shape(self.log_std)], 0))
+            std = D.sde_std(self.log_std, self.expln)
+            noise = std * rng.normal(tf.concat([tf.shape(features)[:1], tf.shape(self.log_std)], 0))
             return out[:, :self.n_actions] + tf.einsum("nd,nda->na", features, noise)
         mean, log_std = self.gaussian(out)
         return D.gaussian_sample(mean, log_std, rng)
@@ -122,7 +123,7 @@ class PolicyDistribution:
         return self.draw_actions(self.forward(obs)[0], rng)
 
     def resample_sde_noise(self) -> None:
-        self.sde_noise.assign(self.tf_rng.normal(tf.shape(self.sde_noise)) * tf.exp(self.log_std))
+        self.sde_noise.assign(self.tf_rng.normal(tf.shape(self.sde_noise)) * D.sde_std(self.log_std, self.expln))
 
     @no_autograph
     def value(self, obs: tf.Tensor) -> tf.Tensor:

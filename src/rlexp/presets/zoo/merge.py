@@ -7,13 +7,14 @@ from typing import Any
 
 from omegaconf import DictConfig, OmegaConf, open_dict
 
-from rlexp.presets.merge import apply_overrides, fit_sequences, model_is_its_own, say_overridden
+from rlexp.presets.merge import apply_overrides, fit_sequences, keep_own, model_is_its_own
 from rlexp.presets.sources import SECTIONS
 from rlexp.presets.zoo import ZooRow, ZooRowError, row_for, translate
 
 
 def zoo_row(agent: str, cfg: DictConfig, shipped_rows: bool = False) -> tuple[ZooRow | None, str]:
-    """(the RL Zoo row the run trains, or None; why a shipped row is not used). A row of the user's own file
+    """(the RL Zoo row the run trains, or None; why a shipped row is not used, or the shipped `default` row RL Zoo
+    would train where rlexp's fallback does). A row of the user's own file
     (zoo.file / zoo.row) that is missing or that rlexp cannot honour stops the run in one line; a shipped one is
     said and the fallback takes over. zoo.rows=false turns the shipped rows off, except under a tuned preset set
     over its row (`shipped_rows`)."""
@@ -23,13 +24,17 @@ def zoo_row(agent: str, cfg: DictConfig, shipped_rows: bool = False) -> tuple[Zo
         return None, ""
     row = row_for(agent, cfg)
     if row is None:
-        if users:
-            from rlexp.presets.zoo import load_file, zoo_file_of
+        from rlexp.presets.zoo import load_file, zoo_file_of
+        from rlexp.presets.zoo.rows import default_row
 
-            rows, name, _ = load_file(zoo_file_of(agent, cfg.get("model")) or agent, zoo.get("file"))
+        algo = zoo_file_of(agent, cfg.get("model"))
+        if users:
+            rows, name, _ = load_file(algo or agent, zoo.get("file"))
             raise ZooRowError(f"zoo.file={zoo.get('file')}: {name} has no row for {cfg.env.id}; it has "
-                              f"{', '.join(sorted(rows))} (zoo.row=<name> trains one of them on this env)")
-        return None, ""
+                              f"{', '.join(sorted(rows))} (zoo.row=<name> trains one of them on this env; a "
+                              "`default` row, as in RL Zoo, trains the envs without one)")
+        default = default_row(algo) if algo and not shipped_rows else None  # RL Zoo's; rlexp trains its fallback
+        return None, f" (RL Zoo trains {default} here, SB3's defaults; zoo.row=default trains it)" if default else ""
     try:
         translate(row)
     except ZooRowError as error:
@@ -69,7 +74,8 @@ def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[
     """cfg with an RL Zoo row merged in over the agent, env, model and buffer presets (as a tuned preset is), the
     `over` preset's sections (a shipped tuned preset's) and the command line's values applied again over it. The
     row's network replaces the model preset unless the command line chose one (`model=`), the model is recurrent,
-    or it is your own edited preset. A key the user's own presets set that the row overrides is said."""
+    or it is your own edited preset. A key your own presets set keeps your value over a shipped row, said in a line
+    (`keep_own`)."""
     sections = translate(row)
     model = sections.pop("model")
     # run.*: the row's n_timesteps only where nothing but config.yaml set the length (a config group of yours, a
@@ -89,7 +95,8 @@ def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[
             merged.model = OmegaConf.merge(OmegaConf.create(model), above.get("model", {}))
     by_row = {group: {key: value for key, value in keys.items() if key not in (above.get(group) or {})}
               for group, keys in sections.items()}  # (what `over` sets again, its own line names)
-    say_overridden(cfg, by_row, choices, f"RL Zoo's row {row.file} {row.key}")
+    keep_own(merged, by_row, choices, f"RL Zoo's row {row.file} {row.key}",  # a row you chose or wrote wins
+             users=row.version == "your own file" or bool((cfg.get("zoo") or {}).get("row")), overrides=overrides)
     apply_overrides(merged, overrides)
     with open_dict(merged):
         fit_sequences(merged)

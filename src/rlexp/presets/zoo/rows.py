@@ -95,7 +95,9 @@ def row_name(rows: dict[str, dict], env_id: str, atari: bool, masked_velocity: b
 
 def find_row(algo: str, env_id: str, atari: bool, masked_velocity: bool = False,
              path: str | Path | None = None, row: str | None = None) -> ZooRow | None:
-    """The row of `<algo>.yml` (shipped, or the user's `path`) for `env_id`; `row` names one explicitly."""
+    """The row of `<algo>.yml` (shipped, or the user's `path`) for `env_id`; `row` names one explicitly. A user's
+    file without a row for the env gives its `default` row, as RL Zoo does; the shipped files' `default` rows (SB3's
+    defaults) only by name: rlexp's fallback presets train the envs RL Zoo has no row for."""
     rows, name, version = load_file(algo, path)
     if row is not None:
         if row not in rows:
@@ -103,14 +105,19 @@ def find_row(algo: str, env_id: str, atari: bool, masked_velocity: bool = False,
         key = row
     else:
         key = row_name(rows, env_id, atari, masked_velocity)
-        if key is None and path is not None and len(rows) == 1:
-            key = next(iter(rows))  # a file holding just the row the user wants
+        if key is None and path is not None and "default" in rows:
+            key = "default"
     if key is None:
         return None
     return ZooRow(algo, key, rows[key], name, version)
 
 
 # ----- string entries, parsed -------------------------------------------------------------------------------
+def default_row(algo: str) -> str | None:
+    """`<algo>.yml default` where the shipped file has that row (RL Zoo trains it on envs without a row)."""
+    return f"{algo}.yml default" if "default" in load_file(algo)[0] else None
+
+
 def schedule(value: Any) -> tuple[float, str]:
     """(initial value, `constant` | `linear`) of a number or RL Zoo's `lin_<value>` string."""
     if isinstance(value, str) and value.startswith("lin_"):
