@@ -214,3 +214,17 @@ def test_each_run_is_drawn_whole_and_by_its_evaluations_where_it_has_them(tmp_pa
     assert ax.get_ylabel() == "mean return (evaluations or training mean: see legend)"
     assert fig.get_suptitle() == "CartPole-v1: mean return of 5 runs in 3 configurations"
     assert "band: the 95% stratified-bootstrap interval of that mean" in ax.get_title().replace("\n", " ")
+
+
+@pytest.mark.parametrize("target,new_keys", [
+    ("rlexp.agents.PPO", {"use_expln": False, "opt_rho": 0.99, "opt_momentum": 0.0, "opt_centered": False}),
+    ("rlexp.agents.SAC", {"use_expln": False, "clip_mean": 2.0, "opt_rho": 0.99, "opt_momentum": 0.0,
+                          "opt_centered": False})])
+def test_a_run_saved_before_the_rmsprop_and_gsde_keys_groups_with_the_same_run_saved_after_them(tmp_path, target,
+                                                                                             new_keys):
+    """The keys runs gained (RMSprop's rho, momentum and centring, gSDE's expln and SAC's mean clip) at the values
+    that are what older runs did: an older run and a newer one of the same configuration are seeds of one group."""
+    old = fake_run(tmp_path, "old", 1e-3, 0, [100, 200], [1.0, 2.0], agent={"_target_": target})
+    new = fake_run(tmp_path, "new", 1e-3, 1, [100, 200], [1.0, 2.0], agent={"_target_": target, **new_keys})
+    groups = group_runs([load_run(old), load_run(new)])
+    assert len(groups) == 1 and len(groups[0].runs) == 2

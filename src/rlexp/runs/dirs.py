@@ -131,9 +131,13 @@ def stored_config(ckpt: Path, cfg: DictConfig, stored: dict[str, Any] | None = N
 
 
 # keys that run configs written before them lack, with the behaviour those runs had
-LEGACY_DEFAULTS = {"env.life_loss_terminal": False, "run.eval_deterministic": True}
+LEGACY_DEFAULTS = {"env.life_loss_terminal": False, "run.eval_deterministic": True,
+                   "agent.opt_rho": 0.99, "agent.opt_momentum": 0.0, "agent.opt_centered": False}
 # the same for one agent's keys: {agent _target_: {key: value}}
-LEGACY_AGENT_DEFAULTS = {"rlexp.agents.TRPO": {"kl_reduction": "sum"}}
+GSDE_EXP = {"use_expln": False}
+LEGACY_AGENT_DEFAULTS = {"rlexp.agents.TRPO": {"kl_reduction": "sum", **GSDE_EXP}, "rlexp.agents.PPO": GSDE_EXP,
+                         "rlexp.agents.A2C": GSDE_EXP, "rlexp.agents.VPG": GSDE_EXP,
+                         "rlexp.agents.SAC": {**GSDE_EXP, "clip_mean": 2.0}}
 
 
 def with_legacy_defaults(config: DictConfig) -> DictConfig:
