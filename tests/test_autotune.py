@@ -212,6 +212,10 @@ def test_bad_input_is_one_line_and_writes_nothing(tmp_path):
         "warm-up": (["agent=td3", "env=pendulum", "autotune.budget=1"], "autotune.budget=1: 1 x run.max_steps=20,000 over autotune.trials=10 "
                     "x autotune.seeds=2 with autotune.rungs=3 leaves trials no env steps past each trial's "
                     "buffer.initial_size=10,000 random steps"),
+        # SAC's search space searches buffer.initial_size, here fixed at 10,000: trial 0's warm-up, which every
+        # trial's rungs count from, as TD3's above
+        "searched warm-up": (["agent=sac", "env=pendulum", "buffer.initial_size=10000", "autotune.budget=1"],
+                             "leaves trials no env steps past each trial's buffer.initial_size=10,000 random steps"),
         # +sweep=td3 sets run.max_steps=5e4 (a plain sweep's trial length): the budget stays the pair's 20,000
         "sweep budget": (["agent=td3", "env=pendulum", "+sweep=td3", "autotune.budget=1"], "1 x run.max_steps=20,000 over autotune.trials"),
     }

@@ -334,7 +334,8 @@ def test_corrupt_checkpoint_and_unwritable_video_dir_are_one_line(trained, tmp_p
     cwd, _ = trained
     run = tmp_path / "outputs" / "broken_ppo_cartpole"
     shutil.copytree(run_dirs(cwd)[0], run)
-    (run / "checkpoints" / "last.ckpt").write_bytes(b"not a checkpoint")
+    for name in ("last.ckpt", "previous.ckpt"):  # resume falls back to previous.ckpt: both damaged
+        (run / "checkpoints" / name).write_bytes(b"not a checkpoint")
     corrupt = rlexp(tmp_path, "mode=eval", f"+checkpoint={run}")
     assert corrupt.returncode == 2 and "is not a readable rlexp checkpoint" in corrupt.stdout + corrupt.stderr
     resume = rlexp(tmp_path, f"+resume={run}")

@@ -416,10 +416,21 @@ def test_a_wrong_sweeper_setting_is_one_line_before_anything_is_written(tmp_path
     (["agent=ppo,ppp"], "error: agent=ppp: Could not find 'agent/ppp' (no such preset); did you mean agent=ppo? "
      "agent presets: a2c, "),
     (["agent=dqn,ppo", "agent.n_steps=64"], "error: agent=dqn: agent.n_steps: no such setting"),
+    (["agent.nosuchkey=choice(1,2)", "agent.lr=interval(1e-4,1e-3)"], "error: agent.nosuchkey: no such setting; "
+     "agent's keys are gamma, lr"),
 ])
 def test_a_sweep_with_trials_bound_to_fail_is_one_line_before_anything_is_written(tmp_path, overrides, message):
-    """No evaluation episodes to score a trial by, or an option of a swept group that its trials can't compose."""
+    """No evaluation episodes to score a trial by, an option of a swept group that its trials can't compose, or a
+    searched key the config doesn't have."""
     assert_refused(tmp_path, overrides, message)
+
+
+def test_hydras_basic_sweeper_given_an_interval_is_one_line(tmp_path):
+    """hydra/sweeper=basic runs a grid (comma lists, choice, range); Optuna's interval is refused in one line that
+    names the override and the fix, not with Hydra's traceback."""
+    assert_refused(tmp_path, ["hydra/sweeper=basic", "agent.lr=tag(log,interval(1e-5,1e-2))", "seed=0,1"],
+                   "error: agent.lr=tag(log,interval(1e-5,1e-2)): hydra/sweeper=basic runs a grid of the values "
+                   "listed and can't sample an interval; drop hydra/sweeper=basic")
 
 
 def assert_refused(cwd, overrides, message):
@@ -712,6 +723,37 @@ def test_an_interrupted_baseline_is_trained_again(tmp_path):
     assert sweep.next_first([interrupted, done]) == (False, enqueued)
 
 
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+@pytest.mark.filterwarnings("ignore:Heartbeat of storage")
+def test_an_interrupted_baseline_is_run_again_after_a_sampled_trial_finished(tmp_path):
+    """Trial 0 (the baseline) and trial 1 (sampled) run together; trial 1 completes, then a Ctrl-C interrupts trial
+    0: the next claim trains the baseline again. A study made before its first trials were marked has had its
+    baseline once it holds a trial, and goes on to the enqueued values."""
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+    from rlexp.sweep.trials import INTERRUPTED_ATTR, REFERENCE_ATTR
+
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    baseline, enqueued = {"agent.lr": 3e-4}, {"agent.lr": 1e-3}
+    sweep = OptunaSweep({**SETTINGS, "baseline": baseline}, config, launcher=None)
+    space = {"agent.lr": FloatDistribution(1e-5, 1e-2, log=True)}
+    study = sweep.open_study(space, "s")
+    sweep.distributions, sweep.is_grid, sweep.n_trials, sweep.cap, sweep.fixed = space, False, 5, None, {}
+    first, second = sweep.claim(study), sweep.claim(study)
+    assert first.params == baseline and second.params != baseline
+    study.tell(second, 1.0)
+    first.set_user_attr(INTERRUPTED_ATTR, True)
+    study.tell(first, state=TrialState.FAIL)
+    again = sweep.claim(study)
+    assert again.params == baseline and again.user_attrs.get(REFERENCE_ATTR) is True
+    sweep = OptunaSweep({**SETTINGS, "baseline": baseline, "enqueue": [enqueued]}, config, launcher=None)
+    old = optuna.trial.create_trial(value=1.0)  # a trial of a study made before trials were marked
+    assert sweep.next_first([old], marked=False) == (False, enqueued)
+    assert sweep.next_first([old], marked=True) == (True, baseline)
+
+
 def worker_with_one_trial_done(tmp_path):
     """A worker's sweep (PPO CartPole over agent.lr) and its SQLite study holding trial 0, complete at 10."""
     from omegaconf import OmegaConf
@@ -822,3 +864,223 @@ def test_a_sweep_runs_its_trials_as_slurm_jobs_and_a_request_no_node_holds_is_on
     assert out.count("sacct") <= 1 and "Bypassing sacct error" not in out
     jobs = list((tmp_path / "multirun").glob("*/.submitit/*"))
     assert jobs, "no submitit job folders in the study's folder"
+
+
+# ----- rungs at equal steps whatever each trial's warm-up; the step budget a hard cap ----------------------------
+def study_with_reporters(tmp_path, pruner, name="s", max_steps=100_000, eval_interval=1_000, cap=None, seeds=1):
+    """A study and a maker of a new trial's reporter (its own warm-up and most steps given), as trial processes
+    make them."""
+    from rlexp.sweep.pruning import PruningReporter
+
+    url = f"sqlite:///{tmp_path}/optuna.db"
+    study = optuna.create_study(study_name=name, storage=url, direction="maximize")
+
+    def reporter(warmup=0, most=None, seed_index=0, trial_id=None):
+        trial_id = study.ask()._trial_id if trial_id is None else trial_id
+        spec = {"storage": url, "study": name, "trial_id": trial_id, "pruner": pruner, "warmup_trials": 1,
+                "warmup_steps": None, "reports": 10, "leader": seed_index == 0, "prune": True,
+                "seed_index": seed_index, "seeds": seeds, "max_env_steps": cap}
+        return PruningReporter(spec, max_steps, eval_interval, warmup, most), trial_id
+
+    return study, reporter
+
+
+def test_trials_with_other_warm_ups_are_ranked_at_the_same_rung_steps(tmp_path):
+    """Successive halving, 100,000 steps, evaluations every 1,000. Trial 0 learns after 10,000 random steps: the
+    study's learning start, so the rungs are 10,000 + 10,000 x 1, 3 (a ninth of the 90,000 steps after it):
+    20,000 and 40,000, for every trial. Trial 1 learns only after 20,000 (its own rungs would be 29,000 and 47,000):
+    behind trial 0 at 20,000, it stops there."""
+    study, reporter = study_with_reporters(tmp_path, "halving")
+    first, first_id = reporter(warmup=10_000)
+    second, second_id = reporter(warmup=20_000)
+    assert study.user_attrs["learning_start"] == 10_000
+    first.scalars(20_000, {"eval/mean_return": 100.0})
+    with pytest.raises(optuna.TrialPruned, match="pruned at step 20,000"):
+        second.scalars(20_000, {"eval/mean_return": 50.0})
+    for trial_id in (first_id, second_id):
+        rungs = {k for k in study._storage.get_trial(trial_id).user_attrs if k.startswith("rung_")}
+        assert rungs == {"rung_20000", "rung_20000_at"}
+
+
+def test_the_median_pruner_waits_for_the_studys_learning_start_whatever_a_trials_own(tmp_path):
+    """Median pruning from a third of the steps after the study's learning start (trial 0's 10,000): 40,000 for
+    every trial. A trial whose own warm-up is 40,000 steps is judged there too, on its score at that step."""
+    study, reporter = study_with_reporters(tmp_path, "median")
+    first, _ = reporter(warmup=10_000)
+    for step in range(1_000, 41_000, 1_000):
+        first.scalars(step, {"eval/mean_return": 100.0})
+    study.tell(study.trials[0].number, 100.0)
+    late, _ = reporter(warmup=40_000)
+    for step in range(1_000, 40_000, 1_000):
+        late.scalars(step, {"eval/mean_return": 0.0})  # before 40,000: recorded, not judged
+    with pytest.raises(optuna.TrialPruned, match="pruned at step 40,000"):
+        late.scalars(40_000, {"eval/mean_return": 0.0})
+
+
+def test_hyperbands_brackets_are_optunas_and_rank_trials_at_the_rungs_very_steps(tmp_path):
+    """Rungs at 20,000 and 40,000 (as above) make 3 brackets, each trial in the one Optuna's HyperbandPruner with 3
+    brackets puts it in. Two trials of bracket 0: the second, measured first at 32,768 (long rollouts), has no
+    score at the 20,000 rung and is not ranked there (Optuna's successive halving would rank its score at 33,000
+    against the first's at 20,000); behind the first at 40,000, it stops there."""
+    from rlexp.sweep.pruning import Hyperband
+
+    names = [f"s{i}" for i in range(40)]
+    mine = Hyperband([20_000, 40_000])
+    for name in names[:5]:
+        reference = optuna.pruners.HyperbandPruner(min_resource=1, max_resource=9, reduction_factor=3)
+        study = optuna.create_study(study_name=name, pruner=reference)
+        reference._try_initialization(study)
+        trials = [optuna.trial.create_trial(value=0.0) for _ in range(30)]
+        for number, trial in enumerate(trials):
+            trial.number = number
+            assert mine.bracket(name, number) == reference._get_bracket_id(study, trial), (name, number)
+    name = next(n for n in names if mine.bracket(n, 0) == mine.bracket(n, 1) == 0)
+    study, reporter = study_with_reporters(tmp_path, "hyperband", name=name)
+    first, _ = reporter(warmup=10_000)
+    for step in range(1_000, 41_000, 1_000):
+        first.scalars(step, {"eval/mean_return": 100.0})
+    second, second_id = reporter(warmup=10_000)
+    second.scalars(32_768, {"eval/mean_return": 0.0})
+    second.scalars(33_768, {"eval/mean_return": 0.0})  # the 33,000 mark: past the first rung, not ranked there
+    with pytest.raises(optuna.TrialPruned, match="pruned at step 40,000"):
+        second.scalars(40_768, {"eval/mean_return": 0.0})
+    assert "rung_20000" not in study._storage.get_trial(second_id).user_attrs
+
+
+@pytest.mark.parametrize("agent,most", [
+    ({"n_steps": 32, "n_envs": 4, "steps": 0}, 1_024),  # on-policy: whole rollouts of 128 past 1,000
+    ({"train_freq": 4, "n_envs": 2}, 1_007),  # off-policy: a last call of one cycle (8 steps) begun at 999
+    ({}, 1_000),  # an agent of another kind without most_steps of its own
+])
+def test_a_trials_most_steps(agent, most):
+    from types import SimpleNamespace
+
+    from rlexp.sweep.ledger import most_steps
+
+    assert most_steps(SimpleNamespace(**agent), 1_000) == most
+
+
+def test_a_trial_holds_its_most_steps_or_is_refused_and_a_failed_one_counts_what_it_trained(tmp_path):
+    """max_env_steps=3,050, trials of 1,000 steps on 1 seed. Trial 0 has trained 1,024 and finished; trials 1 and 2
+    were claimed at 1,000 each. Trial 1 (PPO's rollouts) declares 1,024 most steps, which replace its claim's
+    1,000 (trial 2, claimed after it, decides after it). Trial 2 declares 1,100: 3,148 would pass the cap, so it is
+    refused, holds nothing and never trains, and a new trial would be held at 1,100, more than the 1,002 left
+    (a refused baseline is not claimed again and again).
+    Trial 1 fails after training 1,024 steps, its history's last episode ending at 905: it counts 1,024; had its
+    process died instead, it would count its most steps."""
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+    from omegaconf import OmegaConf
+
+    from hydra.core.utils import JobReturn, JobStatus
+
+    from rlexp.errors import TrialFailed
+    from rlexp.sweep import OptunaSweep
+    from rlexp.sweep.report import STEPS_ATTR
+    from rlexp.sweep.scheduler import Job
+    from rlexp.sweep.trials import RESERVED_ATTR, counted_trials
+
+    study, reporter = study_with_reporters(tmp_path, "none", max_steps=1_000, eval_interval=0, cap=3_050)
+    study.add_trial(optuna.trial.create_trial(value=1.0, user_attrs={STEPS_ATTR: 1_024}))
+    ids = []
+    for _ in range(2):
+        trial = study.ask()
+        study._storage.set_trial_user_attr(trial._trial_id, RESERVED_ATTR, 1_000)
+        ids.append(trial._trial_id)
+    second, _ = reporter(most=1_024, trial_id=ids[0])
+    with pytest.raises(TrialFailed, match="not started: each of its seeds can train up to 1,100 env steps"):
+        reporter(most=1_100, trial_id=ids[1])
+    attrs = [study._storage.get_trial(i).user_attrs for i in ids]
+    assert attrs[0][RESERVED_ATTR] == 1_024 and attrs[1]["refused"] is True
+    assert [t.number for t in counted_trials(study)] == [0, 1]
+    config = OmegaConf.create({"seed": 0, "hydra": {"sweep": {"dir": str(tmp_path)}, "job": {"config_name": "config"},
+                                                   "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    sweep = OptunaSweep({**SETTINGS, "max_env_steps": 3_050}, config, launcher=None)
+    sweep.cap, sweep.job_steps, sweep.sweep_dir, sweep.storage = 3_050, 1_000, tmp_path, study._storage
+    assert sweep.budget_left(study) == 1_002 and sweep.seed_steps(study.trials) == 1_100
+    second.trained(1_024)
+    second.close(failed=True)
+    (tmp_path / "trial_1").mkdir()
+    pq.write_table(pa.table({"step": [500, 905]}), tmp_path / "trial_1/history.parquet")
+    failed = JobReturn()
+    failed.status, failed._return_value = JobStatus.FAILED, TrialFailed("TrainingDiverged: non-finite loss")
+    job = Job([], 1, "trial_1", result=failed)
+    assert sweep.job_steps_trained(job, study._storage.get_trial(ids[0]).user_attrs) == 1_024
+    died = Job([], 1, "trial_1", result=RuntimeError("the trial's process died"))
+    attrs = dict(study._storage.get_trial(ids[0]).user_attrs)
+    del attrs["trained_0"]
+    assert sweep.job_steps_trained(died, attrs) == 1_024  # at its most steps: its history lags behind
+
+
+class CtrlCLauncher:
+    """Each job ends at once: as a Ctrl-C that reached its process before the sweep ends it (a KeyboardInterrupt,
+    as rlexp's launchers return it), or complete after 1,000 steps."""
+
+    def __init__(self, interrupted: bool) -> None:
+        self.interrupted, self.subdirs = interrupted, []
+
+    def launch(self, job_overrides, initial_job_idx):
+        from hydra.core.utils import JobReturn, JobStatus
+
+        from rlexp.errors import TrialFailed
+
+        (overrides,) = job_overrides
+        self.subdirs.append(next(o.split("=", 1)[1] for o in overrides if o.startswith("hydra.sweep.subdir=")))
+        ret = JobReturn()
+        if self.interrupted:
+            ret.status, ret._return_value = JobStatus.FAILED, TrialFailed("KeyboardInterrupt: ")
+        else:
+            ret.status, ret.return_value = JobStatus.COMPLETED, {"final_eval": 1.0, "steps": 1000}
+        return [ret]
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_baseline_whose_process_the_ctrl_c_reached_first_is_interrupted_and_run_again(tmp_path):
+    """A Ctrl-C reaches the trials' processes and the sweep; the baseline's job ends (KeyboardInterrupt) before the
+    sweep sees its own: the sweep is interrupted (exit 130), the baseline marked interrupted, not failed, and the
+    same command trains it again first."""
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+
+    config = OmegaConf.create({"seed": 0, "run": {"max_steps": 1000, "eval_episodes": 2}, "env": {"id": "CartPole-v1"},
+                               "hydra": {"sweep": {"dir": str(tmp_path / "study")}, "job": {"config_name": "config"},
+                                         "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    settings = {**SETTINGS, "baseline": {"agent.lr": 3e-4}, "n_jobs": 1, "pruner": "none"}
+    with pytest.raises(SystemExit) as stopped:
+        OptunaSweep(settings, config, CtrlCLauncher(True)).run(["agent.lr=tag(log,interval(1e-4,1e-2))"])
+    assert stopped.value.code == 130
+    OptunaSweep(settings, config, CtrlCLauncher(False)).run(["agent.lr=tag(log,interval(1e-4,1e-2))"])
+    study = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/study/optuna.db")
+    first, *others = sorted(study.trials, key=lambda t: t.number)
+    assert first.state == TrialState.FAIL and first.user_attrs["interrupted"] and first.params == {"agent.lr": 3e-4}
+    assert others[0].params == {"agent.lr": 3e-4} and others[0].state == TrialState.COMPLETE
+
+
+@pytest.mark.filterwarnings("ignore::optuna.exceptions.ExperimentalWarning")
+def test_a_ctrl_c_while_a_finished_trial_is_recorded_counts_what_it_trained(tmp_path):
+    """A trial's jobs ended (1,000 steps) and the sweep is recording it when the Ctrl-C comes: the trial is
+    recorded interrupted with the 1,000 steps it trained (held against max_env_steps), not left RUNNING."""
+    from omegaconf import OmegaConf
+
+    from rlexp.sweep import OptunaSweep
+
+    config = OmegaConf.create({"seed": 0, "run": {"max_steps": 1000, "eval_episodes": 2}, "env": {"id": "CartPole-v1"},
+                               "hydra": {"sweep": {"dir": str(tmp_path / "study")}, "job": {"config_name": "config"},
+                                         "runtime": {"choices": {"agent": "ppo", "env": "cartpole"}}}})
+    sweep = OptunaSweep({**SETTINGS, "n_jobs": 1, "pruner": "none", "max_env_steps": 10_000}, config,
+                        CtrlCLauncher(False))
+    told = sweep.tell
+
+    def ctrl_c_once(study, trial, state, *args):
+        if state == TrialState.COMPLETE:
+            sweep.tell = told
+            raise KeyboardInterrupt
+        told(study, trial, state, *args)
+
+    sweep.tell = ctrl_c_once
+    with pytest.raises(SystemExit):
+        sweep.run(["agent.lr=tag(log,interval(1e-4,1e-2))"])
+    (trial,) = optuna.load_study(study_name="s", storage=f"sqlite:///{tmp_path}/study/optuna.db").trials
+    assert trial.state == TrialState.FAIL and trial.user_attrs["interrupted"]
+    assert trial.user_attrs["env_steps"] == 1000

@@ -17,6 +17,11 @@ SPACE_ATTR = "search_space"  # the study's search space, as text (a continued st
 MEASURE_ATTR = "measure"  # how the study scores a trial (a continued study must score it the same way)
 
 
+def first_value(dist: BaseDistribution) -> Any:
+    """One value a trial may train with: a choice's first option, a range's or interval's lower bound."""
+    return dist.choices[0] if isinstance(dist, CategoricalDistribution) else dist.low
+
+
 class Checks:
     """The checks' half of OptunaSweep (which sets config, config_loader, objective and n_seeds)."""
 
@@ -57,24 +62,27 @@ class Checks:
                              f"its evaluation episodes; set {key} to 1 or more (e.g. {key}=10)")
 
     def check_choices(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> None:
-        """Each option of a swept config group (agent=ppo,ppp) composes as its trials will, before any trial runs:
-        a missing preset is one line, not a failed trial."""
+        """The trials compose as they will, before any trial runs: every option of a swept config group
+        (agent=ppo,ppp), each with one value of every other searched key (its first option, its lower bound), so
+        that a missing preset or a misspelt searched key (agent.nosuchkey=choice(1,2)) is one line, not a failed
+        trial each."""
         if self.config_loader is None:
             return
         from rlexp.errors import hydra_error_line
 
         groups = {str(g) for g in self.config.hydra.runtime.get("choices", {}) if "/" not in str(g)}
         base = [f"{k}={v}" for k, v in fixed.items()]
-        for key, dist in distributions.items():
-            if key.lstrip("+~") not in groups or not isinstance(dist, CategoricalDistribution):
-                continue
-            for option in dist.choices:
-                try:
-                    self.config_loader.load_sweep_config(self.config, [*base, f"{key}={option}"])
-                except Exception as e:  # noqa: BLE001 - what every trial with this option would fail with
-                    line = hydra_error_line(e) or one_line(e)
-                    prefix = "" if line.startswith(f"{key}={option}") else f"{key}={option}: "
-                    raise SweepError(f"{prefix}{line}") from None
+        values = [f"{key}={first_value(dist)}" for key, dist in distributions.items() if key.lstrip("+~") not in groups]
+        options = [f"{key}={option}" for key, dist in distributions.items()
+                   if key.lstrip("+~") in groups and isinstance(dist, CategoricalDistribution)
+                   for option in dist.choices]
+        for option in options or [None]:
+            try:
+                self.config_loader.load_sweep_config(self.config, [*base, *values, *([option] if option else [])])
+            except Exception as e:  # noqa: BLE001 - what every trial with this option would fail with
+                line = hydra_error_line(e) or one_line(e)
+                prefix = "" if option is None or line.startswith(option) else f"{option}: "
+                raise SweepError(f"{prefix}{line}") from None
 
     def measure(self) -> dict[str, Any]:
         """How a trial's score is made: objective (with its last_evals), aggregate of seeds, seeds per trial."""

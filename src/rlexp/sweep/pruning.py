@@ -2,23 +2,25 @@
 process, and the metrics a trial returns.
 
 Pruning only stops unfinished trials: a trial reports every score (the curves in the study), but the pruner is
-asked only at reports after learning has started (an off-policy agent's random warm-up scores the same whatever
-its hyperparameters) and before the trial's last one (a trial that trained its full length is COMPLETE)."""
+asked only at reports after the study's learning start (an off-policy agent's random warm-up scores the same
+whatever its hyperparameters; the study takes trial 0's, so that every trial has the same rungs) and before the
+trial's last one (a trial that trained its full length is COMPLETE)."""
 from __future__ import annotations
 
+import binascii
 import json
 import logging
 import math
 import os
 import time
-from typing import Any, Mapping
+from typing import Any, Callable, Mapping
 
 import optuna
 from optuna.trial import TrialState
 
 from rlexp.errors import SweepError
-from rlexp.sweep.storage import make_storage
-from rlexp.runs.tracking import Tracker
+from rlexp.sweep.ledger import LEARNING_START, TrialSteps, most_steps, study_learning_start
+from rlexp.sweep.trials import REFERENCE_ATTR
 
 log = logging.getLogger("rlexp.sweep")
 TRIAL_ENV = "RLEXP_OPTUNA_TRIAL"  # JSON {storage, study, trial_id, pruner...} set for each trial's process
@@ -56,7 +58,9 @@ class Halving(optuna.pruners.BasePruner):
     def __init__(self, rungs: list[int], reduction_factor: int = 3, min_trials: int = 1) -> None:
         self.rungs, self.reduction_factor, self.min_trials = list(rungs), reduction_factor, max(1, min_trials)
 
-    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial,
+              peers: Callable[[optuna.trial.FrozenTrial], bool] | None = None) -> bool:
+        """Whether to stop `trial` at its last report; `peers`: the trials it is ranked with (all by default)."""
         step = trial.last_step
         if step is None:
             return False
@@ -75,7 +79,8 @@ class Halving(optuna.pruners.BasePruner):
             study._storage.set_trial_user_attr(trial._trial_id, key, float(value))
             study._storage.set_trial_user_attr(trial._trial_id, f"{key}_at", arrived)
             others = [(t.user_attrs[key], t.user_attrs.get(f"{key}_at", 0.0))
-                      for t in study.get_trials(deepcopy=False) if t.number != trial.number and key in t.user_attrs]
+                      for t in study.get_trials(deepcopy=False) if t.number != trial.number and key in t.user_attrs
+                      and (peers is None or peers(t))]
             if len(others) + 1 < self.min_trials:
                 continue
             if others and all(other == value for other, _ in others):
@@ -87,23 +92,50 @@ class Halving(optuna.pruners.BasePruner):
         return False
 
 
+class Hyperband(optuna.pruners.BasePruner):
+    """Hyperband (reduction factor 3) as brackets of `Halving` at the same rungs: bracket b ranks its trials from
+    rung b on (the last bracket at none: its trials train to the end), each trial at its report at the rung's very
+    step. A trial's bracket comes from the study's name and its number, weighted as Optuna's HyperbandPruner
+    weighs them (most trials in the brackets that stop early). The baseline (REFERENCE_ATTR) is scored at every
+    rung and ranked with the trials of every bracket."""
+
+    def __init__(self, rungs: list[int]) -> None:
+        self.brackets = [Halving(rungs[b:], 3, 1) for b in range(len(rungs) + 1)]
+        n = len(self.brackets)
+        self.weights = [math.ceil(n * 3 ** (n - 1 - b) / (n - b)) for b in range(n)]
+
+    def bracket(self, study_name: str, number: int) -> int:
+        left = binascii.crc32(f"{study_name}_{number}".encode()) % sum(self.weights)
+        for b, weight in enumerate(self.weights):
+            left -= weight
+            if left < 0:
+                return b
+        return len(self.weights) - 1
+
+    def prune(self, study: optuna.Study, trial: optuna.trial.FrozenTrial) -> bool:
+        if trial.user_attrs.get(REFERENCE_ATTR):
+            return self.brackets[0].prune(study, trial)
+        b = self.bracket(study.study_name, trial.number)
+        return self.brackets[b].prune(study, trial, peers=lambda t: bool(t.user_attrs.get(REFERENCE_ATTR))
+                                      or self.bracket(study.study_name, t.number) == b)
+
+
 def make_pruner(name: str, warmup_trials: int, warmup_steps: int | None, max_steps: int = 0,
                 learning_start: int = 0, grid: int = 1) -> optuna.pruners.BasePruner:
     """median: Optuna's MedianPruner, deciding after warmup_trials complete trials and warmup_steps env steps
     (None: a third of the steps after learning starts, as RL Zoo waits for a third of the evaluations);
     halving: `Halving` with its first rung warmup_steps after learning starts (None: a ninth of the steps
     after it; rungs on the report marks, multiples of `grid`), comparing once warmup_trials trials reached a rung;
-    hyperband: Optuna's HyperbandPruner (reduction factor 3) from the same first rung to max_steps: brackets of
-    successive halving that start at growing lengths, the last of which prunes nothing; none."""
+    hyperband: `Hyperband` at halving's rungs: brackets of successive halving that start at growing rungs, the
+    last of which prunes nothing; none. Every trial of a study is given the same `learning_start` (the study's,
+    not its own warm-up): rungs compare trials at equal steps."""
     if name == "median":
         warmup = warmup_steps if warmup_steps is not None else learning_start + (max_steps - learning_start) // 3
         return optuna.pruners.MedianPruner(n_startup_trials=warmup_trials, n_warmup_steps=warmup)
     if name == "halving":
         return Halving(halving_rungs(max_steps, learning_start, warmup_steps, grid), 3, warmup_trials)
     if name == "hyperband":
-        first = warmup_steps if warmup_steps else max(1, (max_steps - learning_start) // 9)
-        return optuna.pruners.HyperbandPruner(min_resource=learning_start + first, max_resource=max(max_steps, 1),
-                                              reduction_factor=3)
+        return Hyperband(halving_rungs(max_steps, learning_start, warmup_steps, grid))
     if name in ("none", None):
         return optuna.pruners.NopPruner()
     raise SweepError(f"hydra.sweeper.pruner={name} is unknown; use median, halving, hyperband or none")
@@ -116,39 +148,40 @@ def trial_spec() -> dict[str, Any] | None:
     return json.loads(spec) if spec else None
 
 
-class PruningReporter(Tracker):
-    """A tracker for a trial's process. It reports a score to the study on a grid of steps that is the same in every
-    trial: every `run.eval_interval` steps from the periodic evaluations, or else every max_steps / `reports` steps
-    from the training mean return. A trial measures its score where its own rollouts or fused calls end (an
-    on-policy rollout of 32,768 steps is evaluated after 65,536 steps), so the score at a grid step is interpolated
-    linearly between the measurements on either side of it: trials are compared at equal steps whatever their
-    rollout sizes. A grid step before a trial's first measurement gets no score. The pruner is asked only after
-    learning started and before max_steps, and stops the trial (optuna.TrialPruned) when it says so; the final
-    evaluation is recorded, never judged.
+class PruningReporter(TrialSteps):
+    """A tracker for a trial's process (and `TrialSteps`'s account of its steps). It reports a score to the study on
+    a grid of steps that is the same in every trial: every `run.eval_interval` steps from the periodic evaluations,
+    or else every max_steps / `reports` steps from the training mean return. A trial measures its score where its
+    own rollouts or fused calls end (an on-policy rollout of 32,768 steps is evaluated after 65,536 steps), so the
+    score at a grid step is interpolated linearly between the measurements on either side of it: trials are
+    compared at equal steps whatever their rollout sizes. A grid step before a trial's first measurement gets no
+    score. The pruner is asked only after the study's learning start (`study_learning_start`: the same for every
+    trial, whatever its own warm-up, `learning_start`) and before max_steps, and stops the trial
+    (optuna.TrialPruned) when it says so; the final evaluation is recorded, never judged.
 
     With several seeds per trial the first seed reports and decides; another seed at the same report waits for
     that decision (while the first seed runs) and stops where the first seed was pruned."""
 
-    def __init__(self, spec: Mapping[str, Any], max_steps: int, eval_interval: int, learning_start: int = 0) -> None:
-        self.storage = make_storage(spec["storage"])
+    def __init__(self, spec: Mapping[str, Any], max_steps: int, eval_interval: int, learning_start: int = 0,
+                 most: int | None = None) -> None:
+        super().__init__(spec, most)
         self.on_eval = eval_interval > 0
         self.interval = int(eval_interval) if self.on_eval else max(1, max_steps // max(1, int(spec["reports"])))
+        number = self.storage.get_trial(self.trial_id).number
+        self.learning_start = study_learning_start(self.storage, self.url, self.study_name, number, learning_start)
         warmup = spec.get("warmup_steps")
         pruner = make_pruner(spec["pruner"], int(spec["warmup_trials"]), None if warmup is None else int(warmup),
-                             max_steps, learning_start, grid=self.interval)
+                             max_steps, self.learning_start, grid=self.interval)
         study = optuna.load_study(study_name=spec["study"], storage=self.storage, pruner=pruner)
-        self.trial_id, self.leader = int(spec["trial_id"]), bool(spec.get("leader", True))
+        self.leader = bool(spec.get("leader", True))
         self.reference = bool(spec.get("reference"))  # the baseline: scored at the rungs, never stopped
-        self.max_steps, self.learning_start, self.ended = max_steps, learning_start, False
+        self.max_steps, self.ended = max_steps, False
         self.trial = optuna.trial.Trial(study, self.trial_id)
         if self.leader:
             self.trial.set_user_attr("pid", os.getpid())
+            self.trial.set_user_attr(LEARNING_START, self.learning_start)  # where its pruner counts from
         self.next_report = self.interval
         self.measured: tuple[int, float] | None = None  # the newest (step, score) before this one
-        self.trained_steps = 0  # what the agent has trained: a training episode's end step can lie before it
-
-    def trained(self, steps: int) -> None:
-        self.trained_steps = max(self.trained_steps, int(steps))
 
     def end_of_training(self) -> None:
         """Training is over: what comes now (the final evaluation) is recorded, not judged."""
@@ -213,10 +246,18 @@ class PruningReporter(Tracker):
             time.sleep(0.05)
 
 
-def trial_reporter(max_steps: int, eval_interval: int, learning_start: int = 0) -> PruningReporter | None:
-    """The pruning reporter when this process runs a pruned trial of rlexp's sweeper, else None."""
+def trial_reporter(max_steps: int, eval_interval: int, agent: Any = None) -> TrialSteps | None:
+    """This process's tracker when it runs a trial of rlexp's sweeper (None elsewhere): the pruning reporter where
+    the trial is pruned, else its account of its steps (`TrialSteps`). `agent` (the trial's, built) gives its most
+    steps (`most_steps`) and its warm-up, the env steps before its first update."""
     spec = trial_spec()
-    return PruningReporter(spec, max_steps, eval_interval, learning_start) if spec and spec.get("prune") else None
+    if not spec or spec.get("trial_id") is None:
+        return None
+    most = most_steps(agent, max_steps) if agent is not None else None
+    if not spec.get("prune"):
+        return TrialSteps(spec, most)
+    warmup = max(0, int(agent.first_update_step()) - 1) if agent is not None else 0
+    return PruningReporter(spec, max_steps, eval_interval, warmup, most)
 
 
 def curve_objectives(points: list[tuple[float, float]], last: int) -> dict[str, float]:

@@ -97,6 +97,15 @@ class Slots:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+def stopped_by_ctrl_c(result: Any) -> bool:
+    """Whether a job ended because a Ctrl-C reached its process (a KeyboardInterrupt, raw or as TrialFailed's line)
+    before it reached the sweep: the sweep was interrupted, not the trial failed."""
+    error = result if isinstance(result, BaseException) else None
+    if error is None and result is not None and getattr(result.status, "name", "") == "FAILED":
+        error = result._return_value
+    return isinstance(error, KeyboardInterrupt) or str(error or "").startswith("KeyboardInterrupt")
+
+
 def steps_on_disk(run_dir: Path) -> int:
     """The env steps a trial's run dir shows it trained (its history's last step; 0 without one): what a failed
     or killed job counts against the study's step budget."""

@@ -127,3 +127,20 @@ def baseline_params(baseline: Mapping[str, Any], distributions: Mapping[str, Bas
             contained = False
         (inside if contained else outside)[key] = value
     return inside, outside
+
+
+def basic_sweeper_line(arguments: list[str]) -> str:
+    """One line for Hydra's basic sweeper (hydra/sweeper=basic) given a sweep it can't run, Optuna's interval:
+    the override it was given and the fix."""
+    parser = OverridesParser.create()
+    for argument in arguments:
+        try:
+            override = parser.parse_override(argument)
+        except Exception:  # noqa: BLE001 - not an override (a flag), or one Hydra has said is wrong
+            continue
+        if override.is_sweep_override() and not override.is_discrete_sweep():
+            key = override.get_key_element()
+            return (f"{argument}: hydra/sweeper=basic runs a grid of the values listed and can't sample an interval; "
+                    f"drop hydra/sweeper=basic (rlexp's Optuna sweeper searches it), or list values: {key}=a,b,c")
+    return ("hydra/sweeper=basic runs a grid of the values listed and can't sample an interval "
+            "(hydra.sweeper.params); drop hydra/sweeper=basic, or list values: key=a,b,c")

@@ -3,7 +3,7 @@ how each trial ended the moment its last seed ends, and runs the confirmation ro
 
 Workers on one storage (several commands, machines or a Slurm array) share the study: each claims its next trial
 under `claim_lock`, until the study holds `n_trials` (a killed sweep's trials aside) or its step budget
-(`max_env_steps`, counting running trials at their full length and finished ones at what they trained) can't
+(`max_env_steps`, counting running trials at their most steps and finished ones at what they trained) can't
 take one more trial; a grid point runs once."""
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import functools
 import json
 import logging
 import math
+import signal
 from pathlib import Path
 from typing import Any, Mapping
 
@@ -25,9 +26,9 @@ from rlexp.sweep.pruning import LEADER_ENDED, TRIAL_ENV
 from rlexp.sweep.checks import MEASURE_ATTR, SPACE_ATTR, Checks
 from rlexp.sweep.confirm import Confirmation
 from rlexp.sweep.report import BASELINE_ATTR, STEPS_ATTR, Report, _format, params_of
-from rlexp.sweep.scheduler import Job, Running, Slots, runs_in_process
-from rlexp.sweep.trials import (FIRST_ATTR, INTERRUPTED_ATTR, REFERENCE_ATTR, RESERVED_ATTR, aggregate,
-                                counted_trials, first_key, reseed, trial_seed)
+from rlexp.sweep.scheduler import Job, Running, Slots, runs_in_process, stopped_by_ctrl_c
+from rlexp.sweep.trials import (FIRST_ATTR, INTERRUPTED_ATTR, MARKED_ATTR, REFERENCE_ATTR, REFUSED_ATTR,
+                                RESERVED_ATTR, aggregate, counted_trials, first_key, reseed, trial_seed)
 from rlexp.sweep.settings import check_settings, one_line
 from rlexp.sweep.space import baseline_params, described, grid_choices, grid_points, search_space, sweep_hash
 from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, stale_trial_ids, storage_url
@@ -35,6 +36,16 @@ from rlexp.sweep.storage import Heartbeat, claim_lock, make_storage, stale_trial
 log = logging.getLogger("rlexp.sweep")
 # conf/config.yaml's: the study's own folder (Hydra's basic sweeper, which has no study name: Hydra's dated one)
 DEFAULT_SWEEP_DIR = "multirun/${oc.select:hydra.sweeper.study_name,${now:%Y-%m-%d}/${now:%H-%M-%S}}"
+
+
+def sigint_handler(handler: Any) -> Any:
+    """Set the Ctrl-C handler (main thread only; elsewhere nothing changes); the one it replaced, or None."""
+    if handler is None:
+        return None
+    try:
+        return signal.signal(signal.SIGINT, handler)
+    except ValueError:
+        return None
 
 
 class OptunaSweep(Budget, Checks, Confirmation, Report):
@@ -56,6 +67,7 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
         self.seed = int(self.config.get("seed") or 0)
         self.sampler_seed = self.seed if self.s.get("sampler_seed") is None else int(self.s["sampler_seed"])
         self.fixed: dict[str, str] = {}
+        self.claimed: dict[int, optuna.trial.Trial] = {}  # this worker's trials the study has not been told of
 
     # -- set-up ------------------------------------------------------------------------------------------
     def study_name(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> str:
@@ -120,6 +132,7 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
         else:
             study.set_user_attr(SPACE_ATTR, described(distributions))
             study.set_user_attr(MEASURE_ATTR, self.measure())
+            study.set_user_attr(MARKED_ATTR, True)
             others = self.sibling_studies(name)
             log.info(f"new study {name} in {self.storage_url}" + (
                 f"; other studies of {others[0]} here: {', '.join(others[1:])} (another search space or other fixed "
@@ -195,6 +208,8 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
                     if not slots.running:
                         break
                     for job in slots.next_done():
+                        if stopped_by_ctrl_c(job.result):
+                            raise KeyboardInterrupt  # the Ctrl-C reached the trial first: its trial is interrupted
                         owner: Running = job.owner
                         owner.ended.append(job)
                         if job.seed_index == 0:
@@ -205,27 +220,45 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
                             owner.ended += owner.pending
                             owner.pending = []
                         if owner.finished:
-                            running.remove(owner)
+                            failed += self.record(study, owner)
+                            running.remove(owner)  # (after its record: a Ctrl-C meanwhile finds it here)
                             beat.trial_ids.discard(owner.trial._trial_id)
                             finished += 1
-                            failed += self.record(study, owner)
                             self.check_failures(study, finished, failed)
             except KeyboardInterrupt:
+                # the Ctrl-C reaches the sweep and its trials' processes, in either order: a second one must not
+                # cut short the marking of its trials
+                previous = sigint_handler(signal.SIG_IGN)
                 for owner in running:
-                    owner.trial.set_user_attr(INTERRUPTED_ATTR, True)
-                    owner.trial.set_user_attr(STEPS_ATTR, self.interrupted_steps(owner))
-                    self.tell(study, owner.trial, TrialState.FAIL, None, "the sweep was interrupted", 0.0)
+                    self.interrupt(study, owner.trial, self.interrupted_steps(owner))
+                for trial in list(self.claimed.values()):  # claimed, none of its jobs started yet
+                    self.interrupt(study, trial, 0)
                 log.error(f"interrupted after {finished} trial(s); run the same command again to continue study "
                           f"{study.study_name}")
-                self.report(study)
+                sigint_handler(previous)
+                try:
+                    self.report(study)
+                except KeyboardInterrupt:  # another Ctrl-C: no report
+                    pass
                 raise SystemExit(130)
             finally:
                 slots.close()
-        if self.cap and self.budget_left(study) < self.job_steps * self.n_seeds and len(counted_trials(study)) \
-                < self.n_trials:
+        trials = study.get_trials(deepcopy=False)
+        held = self.n_seeds * self.seed_steps(trials) if self.cap else 0
+        if self.cap and self.budget_left(study) < held and len(counted_trials(study, trials)) < self.n_trials:
             spent = self.cap - self.budget_left(study)
             log.info(f"the study's env-step budget is spent: {spent:,} of hydra.sweeper.max_env_steps={self.cap:,}; "
-                     f"one more trial could train {self.job_steps * self.n_seeds:,}")
+                     f"one more trial could train {held:,}")
+
+    def interrupt(self, study: optuna.Study, trial: optuna.trial.Trial, steps: int) -> None:
+        """Record a trial the interrupted sweep leaves unfinished (not counted: run again), at `steps` env steps."""
+        try:
+            trial.set_user_attr(INTERRUPTED_ATTR, True)
+            trial.set_user_attr(STEPS_ATTR, steps)
+        except RuntimeError:  # recorded just before (Optuna's UpdateFinishedTrialError)
+            self.claimed.pop(trial._trial_id, None)
+            return
+        self.tell(study, trial, TrialState.FAIL, None, "the sweep was interrupted", 0.0)
 
     def check_failures(self, study: optuna.Study, finished: int, failed: int) -> None:
         rate = float(self.s["max_failure_rate"])
@@ -251,7 +284,8 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
             counted = counted_trials(study, trials)
             if len(counted) >= self.n_trials:
                 return None
-            if self.cap and self.budget_left(study) < self.job_steps * self.n_seeds:
+            held = self.n_seeds * self.seed_steps(trials) if self.cap else 0
+            if self.cap and self.budget_left(study) < held:
                 return None
             rest: dict[str, Any] = {}
             if self.is_grid:
@@ -259,7 +293,7 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
                 if not left:
                     return None
                 study.enqueue_trial(left[0])
-            first = None if self.is_grid else self.next_first(trials)
+            first = None if self.is_grid else self.next_first(trials, bool(study.user_attrs.get(MARKED_ATTR)))
             if first is not None:
                 is_baseline, values = first
                 inside, rest = baseline_params(values, self.distributions, unsearched=not is_baseline)
@@ -268,6 +302,7 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
                 study.enqueue_trial(inside)
                 self.say_first(len(trials), is_baseline, inside, rest)
             trial = study.ask()
+            self.claimed[trial._trial_id] = trial  # until the study is told how it ended
             if first is not None:
                 trial.set_user_attr(FIRST_ATTR, first_key(first[1]))
                 if first[0]:
@@ -275,7 +310,7 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
             if rest:
                 trial.set_user_attr(BASELINE_ATTR, rest)
             if self.cap:
-                trial.set_user_attr(RESERVED_ATTR, self.job_steps * self.n_seeds)
+                trial.set_user_attr(RESERVED_ATTR, held)  # until its process declares its most steps
         self.suggest(study, trial)
         return trial
 
@@ -285,14 +320,16 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
         taken = [t.params for t in counted if t.state != TrialState.FAIL] + self.failed_points
         return [p for p in grid_points(self.distributions) if p not in taken]
 
-    def next_first(self, trials: list[optuna.trial.FrozenTrial]) -> tuple[bool, dict[str, Any]] | None:
+    def next_first(self, trials: list[optuna.trial.FrozenTrial],
+                   marked: bool = True) -> tuple[bool, dict[str, Any]] | None:
         """The next of the study's first trials no trial has trained yet, (is it the baseline, its values): the
         baseline (a new study's trial 0), then hydra.sweeper.enqueue's configurations in order. A continued study
-        trains those it lacks; a study made before trials were marked has had its baseline."""
-        counted = [t for t in trials if not t.user_attrs.get(INTERRUPTED_ATTR)]  # an interrupted one: run again
+        trains those it lacks. A study made before its first trials were marked (`marked` False: it lacks
+        MARKED_ATTR) has had its baseline once it holds a trial."""
+        counted = counted_trials(None, trials)  # an interrupted or refused one: run again
         taken = {t.user_attrs.get(FIRST_ATTR) for t in counted}
         baseline = self.s.get("baseline")
-        if baseline and counted and taken == {None}:
+        if baseline and counted and not marked:
             taken.add(first_key(dict(baseline)))
         firsts = ([(True, dict(baseline))] if baseline else []) + [(False, dict(e)) for e in self.s.get("enqueue") or []]
         return next((first for first in firsts if first_key(first[1]) not in taken), None)
@@ -326,7 +363,7 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
         jobs = []
         for index, seed in enumerate(self.trial_seeds()):
             subdir = f"trial_{trial.number}" + (f"/seed_{seed}" if self.n_seeds > 1 else "")
-            overrides = self.trial_overrides(study, trial, seed, subdir, leader=index == 0)
+            overrides = self.trial_overrides(study, trial, seed, subdir, index=index)
             jobs.append(Job(overrides, trial.number * self.n_seeds + index, subdir, seed_index=index, seed=seed))
         owner = Running(trial, jobs, pending=list(jobs))
         for job in jobs:
@@ -346,11 +383,12 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
         return [None] if self.n_seeds == 1 else [self.seed + i for i in range(self.n_seeds)]
 
     def trial_overrides(self, study: optuna.Study, trial: optuna.trial.FrozenTrial | optuna.trial.Trial,
-                        seed: int | None, subdir: str, leader: bool = True, report: bool = True) -> list[str]:
+                        seed: int | None, subdir: str, index: int = 0, report: bool = True) -> list[str]:
         trial_id = trial._trial_id if report else None
         reference = bool(trial.user_attrs.get(REFERENCE_ATTR))
-        spec = {"storage": self.storage_url, "study": study.study_name, "trial_id": trial_id,
-                "prune": self.prune and report, "reference": reference, "leader": leader, "pruner": self.s["pruner"],
+        spec = {"storage": self.storage_url, "study": study.study_name, "trial_id": trial_id, "seed_index": index,
+                "seeds": self.n_seeds, "max_env_steps": self.cap if report else None, "prune": self.prune and report,
+                "reference": reference, "leader": index == 0, "pruner": self.s["pruner"],
                 "warmup_trials": self.s["warmup_trials"], "warmup_steps": self.s["warmup_steps"],
                 "reports": self.s["reports"], "last_evals": self.s["last_evals"], "console": self.trial_console}
         values = {**params_of(trial), **self.fixed}
@@ -406,7 +444,8 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
         """Tell the study how the trial (all its seeds) ended and print its line; returns 1 for a failure."""
         trial, jobs = owner.trial, sorted(owner.jobs, key=lambda j: j.seed_index)
         outcomes = [self.outcome(job.result) for job in jobs]
-        trial.set_user_attr(STEPS_ATTR, sum(self.job_steps_trained(job) for job in jobs))
+        attrs = self.storage.get_trial(trial._trial_id).user_attrs  # what its processes recorded
+        trial.set_user_attr(STEPS_ATTR, sum(self.job_steps_trained(job, attrs) for job in jobs))
         started = [job.started for job in jobs if job.started]
         seconds = max(job.ended for job in jobs if job.started) - min(started) if started else 0.0
         trial.set_user_attr("started", round(min(started), 3) if started else None)
@@ -431,14 +470,19 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
             if self.multi:
                 values.append(train_seconds)
         error = errors[0] if errors and state != TrialState.COMPLETE else None
+        refused = bool(attrs.get(REFUSED_ATTR))  # never trained: not counted, and no failure of its values
+        if refused:
+            state, values = TrialState.FAIL, None
+            error = next((e for e in errors if "not started" in e), error)
         self.tell(study, trial, state, values, error, seconds)
         params = " ".join(f"{k}={v:.4g}" if isinstance(v, float) else f"{k}={v}" for k, v in params_of(trial).items())
         shown = " ".join(map(_format, values)) if values else "-"
         log.info(f"trial {trial.number:>3} {state.name:<8} {shown:>9} {seconds:7.1f} s  {params}"
                  + (f"  | {error}" if error else ""))
-        return int(state == TrialState.FAIL)
+        return int(state == TrialState.FAIL and not refused)
 
     def tell(self, study, trial, state, values, error, seconds) -> None:
+        self.claimed.pop(trial._trial_id, None)
         trial.set_user_attr("seconds", round(seconds, 2))
         if error:
             trial.set_user_attr("error", error)

@@ -1,5 +1,5 @@
-"""A study's trials as the sweep marks them: its first trials (the baseline, enqueued values), interrupted ones
-(run again, not counted), the steps a running one holds; the seeds' aggregate and the sampler's per-trial seed."""
+"""A study's trials as the sweep marks them: its first trials (the baseline, enqueued values), interrupted or
+refused ones (not counted), the steps a running one holds; the seeds' aggregate and the sampler's per-trial seed."""
 from __future__ import annotations
 
 import json
@@ -7,11 +7,17 @@ import zlib
 from typing import Any, Mapping
 
 import optuna
+from optuna.trial import TrialState
+
+from rlexp.sweep.report import STEPS_ATTR
 
 RESERVED_ATTR = "reserved_steps"   # a running trial's env steps at its full length, held against max_env_steps
+CEILING_ATTR = "most_steps"        # the most env steps each of a trial's seeds can train (declared before training)
+REFUSED_ATTR = "refused"           # a trial the step budget could not hold at its most steps: never trained
 INTERRUPTED_ATTR = "interrupted"   # a trial a stopped or killed sweep left unfinished: not counted, run again
 REFERENCE_ATTR = "baseline"  # the baseline trial: never pruned (its scores still reach the pruner's rungs)
 FIRST_ATTR = "first_trial"  # a baseline's or enqueued trial: the values it was asked to train (first_key)
+MARKED_ATTR = "marks_first_trials"  # a study's: its first trials carry FIRST_ATTR (studies made before that don't)
 
 
 def first_key(values: Mapping[str, Any]) -> str:
@@ -19,10 +25,18 @@ def first_key(values: Mapping[str, Any]) -> str:
     return json.dumps({str(k): v for k, v in values.items()}, sort_keys=True, default=str)
 
 
-def counted_trials(study: optuna.Study, trials: list | None = None) -> list[optuna.trial.FrozenTrial]:
-    """The trials n_trials counts: all but those a stopped or killed sweep left unfinished (run again)."""
+def counted_trials(study: optuna.Study | None, trials: list | None = None) -> list[optuna.trial.FrozenTrial]:
+    """The trials n_trials counts: all but those a stopped or killed sweep left unfinished (run again) and those the
+    step budget refused before they trained."""
     trials = study.get_trials(deepcopy=False) if trials is None else trials
-    return [t for t in trials if not t.user_attrs.get(INTERRUPTED_ATTR)]
+    return [t for t in trials if not (t.user_attrs.get(INTERRUPTED_ATTR) or t.user_attrs.get(REFUSED_ATTR))]
+
+
+def steps_held(trials: list[optuna.trial.FrozenTrial]) -> int:
+    """The env steps `trials` hold against max_env_steps: a running one its reservation (its most steps), a
+    finished one what it trained."""
+    return sum(int(t.user_attrs.get(RESERVED_ATTR if t.state == TrialState.RUNNING else STEPS_ATTR, 0))
+               for t in trials)
 
 
 def aggregate(values: list[float], how: str) -> float:

@@ -64,8 +64,8 @@ def autotune(cfg: DictConfig) -> float:
     kind = pair_kind(cfg)  # one env made to see its actions and observations: the space's and the portfolio's
     space = check_space(agent, overrides.space, kind)
     searched = searched_keys(space, overrides)
-    learning_start = 0 if "buffer.initial_size" in searched else int(
-        OmegaConf.select(trial_cfg, "buffer.initial_size", default=0) or 0)
+    # the study's rungs count from trial 0's warm-up for every trial: trial 0 trains the pair's own values
+    learning_start = int(OmegaConf.select(trial_cfg, "buffer.initial_size", default=0) or 0)
     budget = check_budget(cfg, pair_max_steps(trial_cfg, overrides), learning_start, job_slots(overrides))
     baseline = baseline_values(trial_cfg, searched)
     config_dir = user_config_dir(sys.argv[1:])
