@@ -155,12 +155,12 @@ class RlexpSweeperConf:
     enqueue: Any = None                  # [{key: value}, ...]: configurations a new study trains next, one trial each
                                          # (Optuna's enqueue_trial; values outside the space as the baseline's)
     max_env_steps: Any = None            # the study's env steps, all trials and seeds: no trial starts that could
-                                         # pass it (trials' run.max_steps x seeds_per_trial against what they trained)
+                                         # pass it (each held at its most steps, last rollouts included)
     pruner: Any = "median"               # median | halving | hyperband | none
     warmup_trials: Any = 5               # median: complete trials before any pruning; halving: trials at a rung
     warmup_steps: Any = "auto"             # median: env steps before a trial can be pruned (auto: a third of those
-                                         # after learning starts); halving, hyperband: the first rung's length after it
-                                         # (auto: a ninth)
+                                         # after the study's learning start, trial 0's warm-up); halving, hyperband:
+                                         # the first rung's length after it (auto: a ninth)
     reports: Any = 10                    # mean-return reports per trial (evenly spaced over run.max_steps)
     heartbeat_interval: Any = 10         # seconds; trials without a heartbeat for grace_period are stale
     grace_period: Any = 60               # a killed sweep's RUNNING trials are marked FAIL after this
