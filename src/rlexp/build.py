@@ -221,9 +221,10 @@ def check_config(cfg: DictConfig, n_envs: int | None = None) -> Checked:
 
 
 def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None,
-                checked: Checked | None = None):
+                checked: Checked | None = None, seeds: list[int] | None = None):
     """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class), `checked`
-    by `check_config` (which runs here when it is not given)."""
+    by `check_config` (which runs here when it is not given); with `seeds` a population of one member per seed, each
+    with its own envs (rlexp.agents.base.population)."""
     from rlexp.envs.make import env_from_config
     from rlexp.models.networks import is_recurrent
 
@@ -231,7 +232,12 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     overrides = {"render_mode": render_mode} if render_mode else {}
     if n_envs is not None:
         overrides["n_envs"] = n_envs
-    envs = env_from_config(cfg.env, cfg.seed, **overrides)
+    if seeds is None:
+        envs = env_from_config(cfg.env, cfg.seed, **overrides)
+    else:
+        from rlexp.envs.members import member_envs
+
+        envs = member_envs([env_from_config(cfg.env, seed, **overrides) for seed in seeds])
     check_pairing(cls, envs, cfg.env.id)
     from rlexp.envs.spaces import is_image
 
@@ -245,7 +251,8 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
         cfg.run.eval_deterministic = resolve_eval_deterministic(cfg.run.get("eval_deterministic", "auto"), cfg.env.id)
         if cfg.run.get("final_eval_deterministic") is not None:  # null: as eval_deterministic
             cfg.run.final_eval_deterministic = resolve_eval_deterministic(cfg.run.final_eval_deterministic, cfg.env.id)
-    agent = instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed, **playing,
+    population = {} if seeds is None else {"seeds": seeds}
+    agent = instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed, **playing, **population,
                         clip_rewards=bool(cfg.env.clip_rewards), mixed_precision=precision, _convert_="all")
     return agent
 

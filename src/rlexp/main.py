@@ -30,7 +30,16 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is impor
 log = logging.getLogger("rlexp")
 
 
-MODES = {"train": train, "play": play_or_eval, "eval": play_or_eval, "plot": plot_runs, "init": init_presets,
+def train_or_population(cfg: DictConfig) -> float:
+    """mode=train: one run, or with run.seeds a population (rlexp.commands.population)."""
+    if cfg.get("run", {}).get("seeds") is not None:
+        from rlexp.commands.population import train_population
+
+        return train_population(cfg)
+    return train(cfg)
+
+
+MODES = {"train": train_or_population, "play": play_or_eval, "eval": play_or_eval, "plot": plot_runs, "init": init_presets,
          "autotune": autotune}
 
 

@@ -9,13 +9,15 @@ from rlexp.agents.distributions import no_autograph
 
 @no_autograph
 def a2c_loss(log_probs: tf.Tensor, entropy: tf.Tensor, values: tf.Tensor, advantages: tf.Tensor,
-             returns: tf.Tensor, entropy_coef: float, value_loss_coef: float) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
-    """Policy gradient -mean(log pi(a|s) A) + value_loss_coef * mean((R - V)^2) / 2 - entropy_coef * H.
+             returns: tf.Tensor, entropy_coef: float, value_loss_coef: float,
+             mean=tf.reduce_mean) -> tuple[tf.Tensor, dict[str, tf.Tensor]]:
+    """Policy gradient -mean(log pi(a|s) A) + value_loss_coef * mean((R - V)^2) / 2 - entropy_coef * H (`mean`:
+    over the rows, or each member's in a population).
 
     The value term is half the MSE: SB3's `vf_coef` c (plain MSE) is value_loss_coef 2c."""
-    policy_loss = -tf.reduce_mean(log_probs * tf.stop_gradient(advantages))
-    value_loss = 0.5 * tf.reduce_mean(tf.square(returns - values))
-    entropy = tf.reduce_mean(entropy)
+    policy_loss = -mean(log_probs * tf.stop_gradient(advantages))
+    value_loss = 0.5 * mean(tf.square(returns - values))
+    entropy = mean(entropy)
     loss = policy_loss + value_loss_coef * value_loss - entropy_coef * entropy
     return loss, dict(policy_loss=policy_loss, value_loss=value_loss, entropy=entropy)
 
@@ -34,6 +36,7 @@ class A2C(OnPolicyAgent):
 
     action_spaces = ("discrete", "continuous", "multi_discrete", "multi_binary")
     recurrent_models = mixed_precision_support = float16_support = True
+    population_support = True
     graph_env_rollouts = True  # rollouts are most of A2C's work: stepping a graph env in the graph pays
 
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 5, lam: float = 1.0,
@@ -53,13 +56,13 @@ class A2C(OnPolicyAgent):
         _, select = self.training_units(batch, [batch["actions"], advantages, returns])
         inputs, actions, advantages, returns = select(None)
         if self.normalize_advantage:
-            mean, var = tf.nn.moments(advantages, axes=[0])
-            advantages = (advantages - mean) / (tf.sqrt(var) + 1e-8)
+            advantages = self.standardize_rows(advantages, 1e-8)
         variables = self.trainable_variables()
         with tf.GradientTape() as tape:
             out, values = self.forward(inputs)
             log_probs, entropy = self.log_prob_entropy(out, actions)
             loss, metrics = a2c_loss(log_probs, entropy, values, advantages, returns, self.entropy_coef,
-                                     self.value_loss_coef)
+                                     self.value_loss_coef, self.row_mean)
+            loss = tf.reduce_sum(loss)  # a population's members' losses summed: each gradient its own
         self.minimize(tape, loss, variables, self.grad_norm)
         return metrics

@@ -9,11 +9,13 @@ from rlexp.errors import UserError
 
 
 @no_autograph
-def clipped_surrogate(log_probs: tf.Tensor, old_log_probs: tf.Tensor, advantages: tf.Tensor, clip: float) -> tf.Tensor:
-    """PPO's policy loss: -mean(min(r A, clip(r, 1-eps, 1+eps) A)) with r = pi / pi_old."""
+def clipped_surrogate(log_probs: tf.Tensor, old_log_probs: tf.Tensor, advantages: tf.Tensor, clip: float,
+                      mean=tf.reduce_mean) -> tf.Tensor:
+    """PPO's policy loss: -mean(min(r A, clip(r, 1-eps, 1+eps) A)) with r = pi / pi_old (`mean`: over the rows,
+    or each member's in a population)."""
     ratio = tf.exp(log_probs - old_log_probs)
     clipped = tf.clip_by_value(ratio, 1.0 - clip, 1.0 + clip)
-    return -tf.reduce_mean(tf.minimum(ratio * advantages, clipped * advantages))
+    return -mean(tf.minimum(ratio * advantages, clipped * advantages))
 
 
 class PPO(OnPolicyAgent):
@@ -38,6 +40,7 @@ class PPO(OnPolicyAgent):
 
     action_spaces = ("discrete", "continuous", "multi_discrete", "multi_binary")
     recurrent_models = mixed_precision_support = float16_support = True
+    population_support = True
     lr_schedules = ("constant", "linear", "kl_adaptive")
 
     def __init__(self, envs, model=None, buffer=None, *, lam: float = 0.95, clip_norm: float = 0.1,
@@ -73,22 +76,22 @@ class PPO(OnPolicyAgent):
     # ----- update ---------------------------------------------------------------------------------
     @no_autograph
     def loss(self, obs, actions, old_log_probs, advantages, returns, old_values):
-        """Clipped surrogate + value loss + entropy bonus on one minibatch; returns (loss, metrics)."""
+        """Clipped surrogate + value loss + entropy bonus on one minibatch; returns (loss, metrics). In a
+        population every term is per member ([N]), the mean over its own rows."""
         out, values = self.forward(obs)
         log_probs, entropy = self.log_prob_entropy(out, actions)
-        mean, var = tf.nn.moments(advantages, axes=[0])
-        advantages = (advantages - mean) / (tf.sqrt(var) + self.advantage_epsilon)
+        advantages = self.standardize_rows(advantages, self.advantage_epsilon)
         clip = self.clip_range if self.clip_schedule != "constant" else self.clip_norm
-        policy_loss = clipped_surrogate(log_probs, old_log_probs, advantages, clip)
+        policy_loss = clipped_surrogate(log_probs, old_log_probs, advantages, clip, self.row_mean)
         value_error = tf.square(returns - values)
         if self.value_clip is not None:
             clipped_values = old_values + tf.clip_by_value(values - old_values, -self.value_clip, self.value_clip)
             value_error = tf.maximum(value_error, tf.square(returns - clipped_values))
-        value_loss = 0.5 * tf.reduce_mean(value_error)
-        entropy = tf.reduce_mean(entropy)
+        value_loss = 0.5 * self.row_mean(value_error)
+        entropy = self.row_mean(entropy)
         loss = policy_loss + self.value_loss_coef * value_loss - self.entropy_coef * entropy
         log_ratio = log_probs - old_log_probs
-        approx_kl = tf.reduce_mean(tf.exp(log_ratio) - 1.0 - log_ratio)
+        approx_kl = self.row_mean(tf.exp(log_ratio) - 1.0 - log_ratio)
         return loss, dict(policy_loss=policy_loss, value_loss=value_loss, entropy=entropy, approx_kl=approx_kl)
 
     @no_autograph
@@ -113,6 +116,7 @@ class PPO(OnPolicyAgent):
             """The minibatch's loss and its gradient step, unless its KL exceeds `kl_threshold` (then: stop)."""
             with tf.GradientTape() as tape:
                 loss, metrics = self.loss(*minibatch)
+                loss = tf.reduce_sum(loss)  # a population's members' losses summed: each gradient its own
             totals = [t + metrics[k] for t, k in zip(totals, keys)]
             if self.kl_threshold is None:
                 self.minimize(tape, loss, variables, self.grad_norm)
@@ -126,11 +130,17 @@ class PPO(OnPolicyAgent):
                 totals, stop = gradient_step(select(None), totals)
                 evaluated += 1
             else:
-                order = tf.argsort(self.tf_rng.uniform([size]))
-                if self.recurrent:  # minibatches of whole sequences
+                draws = self.tf_rng.uniform([size])
+                if self.members is not None:  # each member's rows in its own order, its own minibatches
+                    order = tf.argsort(self.members.blocks(draws), axis=-1)
+                    shuffled = [self.members.shuffle(x, order, self.mini_batches) for x in select(None)]
+                    take = lambda i: [x[i] for x in shuffled]  # noqa: E731
+                elif self.recurrent:  # minibatches of whole sequences
+                    order = tf.argsort(draws)
                     take = lambda i: select(order[i * mb:(i + 1) * mb])  # noqa: E731
                 else:  # the epoch's minibatches gathered at once, [mini_batches, rows, ...]: of a minibatch
                     # gathered inside the loop, XLA computed the first layer on the whole rollout (~30x slower)
+                    order = tf.argsort(draws)
                     shuffled = [tf.reshape(x, tf.concat([[self.mini_batches, mb], tf.shape(x)[1:]], 0))
                                 for x in select(order)]
                     take = lambda i: [x[i] for x in shuffled]  # noqa: E731
@@ -145,7 +155,7 @@ class PPO(OnPolicyAgent):
 
         n_epochs, evaluated, totals, _ = tf.while_loop(
             lambda n, _, __, stop: (n < self.ppo_epochs) & ~stop, epoch,
-            (tf.constant(0), tf.constant(0), [tf.constant(0.0)] * len(keys), tf.constant(False)))
+            (tf.constant(0), tf.constant(0), [self.metric_zero()] * len(keys), tf.constant(False)))
         evaluated = tf.cast(evaluated, tf.float32)
         return {k: t / evaluated for k, t in zip(keys, totals)} | {"epochs": tf.cast(n_epochs, tf.float32)}
 

@@ -16,7 +16,7 @@ from rlexp.runs.dirs import (CHECKPOINT, absolute, check_resume_overrides, choic
                              new_run_dir, run_config, run_dir_key, stored_config, task_overrides, unclaim_run_dir,
                              write_run_config)
 from rlexp.runs.evaluation import (deterministic_eval, deterministic_final_eval, eval_envs, eval_kind, evaluate,
-                                   mean_std)
+                                   mean_std, write_summary)
 from rlexp.runs.files import check_writable
 from rlexp.runs.lock import RunLock
 
@@ -250,29 +250,6 @@ def _train(agent: Any, cfg: DictConfig, run_dir: Path, resume_from: Path | None,
         if metrics is not None:
             return metrics
     return mean
-
-
-SUMMARY = "summary.json"
-
-
-def write_summary(run_dir: Path, summary: dict[str, Any], returns: list[float], cfg: DictConfig) -> None:
-    """<run dir>/summary.json: the run's totals, this session's first training call (graph tracing and
-    compilation included) and steady-state speed after it, and its final evaluation (null when there was none),
-    which mode=plot scores the run by."""
-    import json
-
-    from rlexp.runs.files import write_atomic
-
-    mean, std = mean_std(returns)
-    final = dict(step=summary["steps"], mean_return=mean, std_return=std, episodes=len(returns),
-                 deterministic=deterministic_final_eval(cfg)) if returns else None
-    steady = summary.get("steady_steps_per_s")
-    data = dict(reason=summary["reason"], steps=summary["steps"], episodes=summary["episodes"],
-                train_seconds=round(summary["seconds"], 3),
-                first_call_seconds=round(summary.get("first_call_seconds", 0.0), 3),  # this session's: tracing and
-                steady_steps_per_s=None if steady is None else round(steady, 1),  # compilation; then the rest's
-                final_eval=final)
-    write_atomic(run_dir / SUMMARY, lambda f: f.write(json.dumps(data, indent=1).encode()))
 
 
 def progress_mode(cfg: DictConfig) -> str:

@@ -12,7 +12,8 @@ _SPACES = ("SPACE_KINDS", "is_atari", "space_kind", "is_structured", "observatio
 def __getattr__(name: str) -> Any:  # lazy: rlexp.envs.X paths (_target_s, user code) stay light to import
     if name.startswith("__"):
         raise AttributeError(name)
-    module = import_module("rlexp.envs.spaces" if name in _SPACES else "rlexp.envs.make")
+    module = import_module("rlexp.envs.spaces" if name in _SPACES else "rlexp.envs.members"
+                           if name in ("make_member_envs", "member_envs") else "rlexp.envs.make")
     try:
         return getattr(module, name)
     except AttributeError:

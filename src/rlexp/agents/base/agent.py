@@ -8,7 +8,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import math
-from typing import Any, Mapping
+from typing import Any, Mapping, Sequence
 
 import gymnasium as gym
 import numpy as np
@@ -18,6 +18,7 @@ from rlexp.agents.base.acting import Acting
 from rlexp.agents.base.checkpointing import Checkpointing
 from rlexp.agents.base.graph_steps import GraphSteps
 from rlexp.agents.base.loop import FitLoop
+from rlexp.agents.base.population import PopulationLoop
 from rlexp.checks.memory import Need, check_fits, init_default
 from rlexp.envs.normalize import Normalizer
 from rlexp.envs.spaces import is_image, is_structured, observation_parts, space_kind
@@ -64,7 +65,7 @@ def load_model_preset(name: str) -> dict[str, Any]:
     return yaml.safe_load(path.read_text())
 
 
-class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
+class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
     """Base agent: owns the loop (collect, train, log, save); algorithms override what differs.
 
     Args:
@@ -102,6 +103,8 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
         mixed_precision: compute in 16-bit floats with float32 variables, optimizer state, target networks,
             outputs and losses: True (float16 on a GPU, bfloat16 on a CPU), 'float16', 'bfloat16' or False (PPO,
             A2C, VPG); off-policy agents (DQN, DQfD, DDPG, TD3, SAC, NAF) compute in bfloat16 only.
+        seeds: train a population (rlexp.agents.base.population): a count (members seeded `seed`, `seed` + 1, ...)
+            or the members' seeds; `envs` then holds each member's envs (rlexp.envs.make_member_envs).
     Dict and Tuple observations are flattened (gymnasium's FlattenObservation); the model splits them again.
     """
 
@@ -124,7 +127,7 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
                  display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
                  normalize_obs: bool = False, normalize_reward: bool = False,
                  bootstrap_truncation: bool = True, jit_compile: bool | str = "auto",
-                 mixed_precision: bool | str = False) -> None:
+                 mixed_precision: bool | str = False, seeds: int | Sequence[int] | None = None) -> None:
         autoreset = getattr(envs, "metadata", {}).get("autoreset_mode", gym.vector.AutoresetMode.SAME_STEP)
         if autoreset != gym.vector.AutoresetMode.SAME_STEP:
             raise UserError(f"rlexp needs vector envs that reset in the step an episode ends: build them with "
@@ -133,6 +136,12 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
         from rlexp.checks.values import check_seed
 
         seed = check_seed(seed)
+        self.members = None
+        if seeds is not None:  # a population: one member per seed (rlexp.agents.base.population)
+            from rlexp.agents.base.population import population_members
+
+            self.members, self._member_random = population_members(type(self), envs, seed, seeds, locals())
+            seed = self.members.seeds[0]
         if seed is not None:  # Keras initialisers, Python's and NumPy's generators, deterministic ops (as the CLI)
             import keras
 
@@ -217,6 +226,10 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
         # seeded agent has turned op determinism on)
         tf_seed = seed if seed is not None else int(np.random.SeedSequence().entropy % 2**63)
         self.tf_rng = tf.random.Generator.from_seed(tf_seed)
+        if self.members is not None:
+            from rlexp.agents.base.members import MemberGenerators
+
+            self.tf_rng = MemberGenerators(self.members.seeds)
         if buffer is not None:
             buffer.rng = self.rng
 
@@ -235,7 +248,7 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
 
         self._episode_returns = np.zeros(self.n_envs)
         self._finished: list[tuple[int, float]] = []
-        self._obs = self._reset_envs(seed)
+        self._obs = self._reset_envs(seed if self.members is None else self.members.seeds)
         with dtype_policy(self.precision):
             self.build()
 
@@ -307,7 +320,15 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
         if extra_inputs:
             if len(self.obs_shape) != 1:
                 raise UserError(f"{type(self).__name__} needs vector observations, got shape {self.obs_shape}")
-            return build_model(preset or self.model_preset, (self.obs_shape[0] + extra_inputs,), heads, name=name)
+            make = lambda: build_model(preset or self.model_preset, (self.obs_shape[0] + extra_inputs,), heads,  # noqa: E731
+                                       name=name)
+            return make() if self.members is None else self.stacked_model(make, name)
+        if self.members is not None:  # each member's model built as its single run builds it, then stacked
+            return self.stacked_model(lambda: self._build_one_model(heads, name, preset, latent_of), name)
+        return self._build_one_model(heads, name, preset, latent_of)
+
+    def _build_one_model(self, heads: Mapping[str, int], name: str, preset: Mapping[str, Any] | None,
+                         latent_of: str | None):
         channels_first = self.image_obs and len(self.obs_shape) == 3 and self.obs_shape[0] < self.obs_shape[-1]
         return build_model(preset or self.model_preset, self.obs_shape, heads, input_dtype=self.obs_dtype,
                            channels_first=channels_first, name=name, latent_of=latent_of, parts=self.obs_parts)
@@ -341,7 +362,12 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
                 opt.learning_rate = lr
             self._applied_lr = lr
 
-    def _reset_envs(self, seed: int | None, update_statistics: bool = True) -> np.ndarray:
+    @property
+    def member_envs(self) -> int:
+        """Envs per member: all of them in a single run (a population's step counts are each member's)."""
+        return self.n_envs if self.members is None else self.members.envs
+
+    def _reset_envs(self, seed: int | list[int | None] | None, update_statistics: bool = True) -> np.ndarray:
         obs, _ = self.envs.reset(seed=seed)
         self._episode_returns[:] = 0
         self._raw_obs = obs
@@ -377,9 +403,10 @@ class Agent(FitLoop, Acting, Checkpointing, GraphSteps):
             next_obs = obs.copy()
             for i in np.flatnonzero(dones):
                 next_obs[i] = info["final_obs"][i]
-                self._finished.append((self.steps + int(i) + 1, float(self._episode_returns[i])))
+                self._finished.append((self.steps + int(i) % self.member_envs + 1, float(self._episode_returns[i]),
+                                       int(i) // self.member_envs))
                 self._episode_returns[i] = 0.0
-        self.steps += self.n_envs
+        self.steps += self.member_envs
         self.episode_ends = dones  # whole episodes (games), also where a lost life ends the bootstrap
         self._raw_obs, self.raw_transition = obs, (np.sign(rewards) if self.clip_rewards else rewards, next_obs)
         same = next_obs is obs

@@ -42,11 +42,12 @@ class GraphSteps:
             start, running = 0, self._episode_returns[i]
             for t in np.flatnonzero(dones[:, i]):
                 ret = np.cumsum(np.concatenate([[running], rewards[start:t + 1, i]]))[-1]
-                finished.append((self.steps + int(t) * self.n_envs + i + 1, float(ret)))
+                E = self.member_envs  # a population's steps are each member's
+                finished.append((self.steps + int(t) * E + i % E + 1, float(ret), i // E))
                 start, running = t + 1, 0.0
             self._episode_returns[i] = np.cumsum(np.concatenate([[running], rewards[start:, i]]))[-1]
         self._finished.extend(sorted(finished))
-        self.steps += len(log) * self.n_envs
+        self.steps += len(log) * self.member_envs
 
     def call_graph_loop(self, fn, *args: Any, max_steps: int) -> dict[str, tf.Tensor]:
         """fn(obs, *args) -> {"obs": final observations, ...}, a graph loop of at most `max_steps` vector env

@@ -64,7 +64,7 @@ class FitLoop:
         the mean of the first few episodes says little about the weights."""
         improved = False
         monitoring = self.divergence_monitoring_steps is not None and self.steps >= float(self.divergence_monitoring_steps)
-        for step, ret in self._finished:
+        for step, ret, *_ in self._finished:
             self.episodes += 1
             self.rewards.append(ret)
             mean = self.mean_reward

@@ -77,7 +77,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
         if self.sde and self.state_dependent_std:
             raise UserError("agent.use_sde and agent.state_dependent_std exclude each other; pick one")
         super().__init__(envs, model, buffer, **kwargs)
-        self.updates_per_call = max(1, -(-self.STEPS_PER_CALL // (self.n_steps * self.n_envs)))  # `decide_xla`
+        self.updates_per_call = max(1, -(-self.STEPS_PER_CALL // (self.n_steps * self.member_envs)))  # `decide_xla`
         if self.lr_schedule == "kl_adaptive":  # the rate adapts to each update's KL: one cycle per call
             self.updates_per_call = 1
 
@@ -127,7 +127,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
         if getattr(self, "_xla_decided", None) is None:
             self._xla_decided = self.xla_loop
             if self._xla_decided and self.lr_schedule != "kl_adaptive":
-                self.updates_per_call = max(1, -(-self.XLA_STEPS_PER_CALL // (self.n_steps * self.n_envs)))
+                self.updates_per_call = max(1, -(-self.XLA_STEPS_PER_CALL // (self.n_steps * self.member_envs)))
         return self._xla_decided
 
     # ----- model and optimizer ------------------------------------------------------------------------
@@ -165,9 +165,33 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
         else:
             scale = tf.convert_to_tensor(scale)
             grads = tape.gradient(loss, variables, output_gradients=tf.cast(scale, loss.dtype))
+        if self.members is not None:
+            self.members_minimize(grads, variables, grad_norm)
+            return
         if grad_norm is not None:
             grads, _ = tf.clip_by_global_norm(grads, grad_norm if scale is None else grad_norm * scale)
         self.optimizer.apply_gradients(zip(grads, variables))
+
+    @no_autograph
+    def members_minimize(self, grads: list[tf.Tensor], variables: list[tf.Variable], grad_norm: float | None) -> None:
+        """A population's optimizer step: each member's gradients clipped to its own norm; a member that has
+        stopped keeps its weights and optimizer state (restored after the step, only while one has stopped)."""
+        if grad_norm is not None:
+            grads = self.members.clip_gradients(grads, grad_norm)
+
+        def step_then_0():
+            self.optimizer.apply_gradients(zip(grads, variables))
+            return tf.constant(0)
+
+        def masked_step_then_0():
+            kept = list(variables) + [v for v in self.optimizer.variables if len(v.shape)]
+            before = [tf.identity(v.value if hasattr(v, "value") else v) for v in kept]
+            with tf.control_dependencies(before):
+                self.optimizer.apply_gradients(zip(grads, variables))
+            self.members.keep_stopped(kept, before)
+            return tf.constant(0)
+
+        tf.cond(tf.reduce_all(self.members.active > 0), step_then_0, masked_step_then_0)
 
     def std_variables(self) -> list[tf.Variable]:
         """The learned log std (continuous actions with a state-independent or gSDE std)."""
@@ -212,7 +236,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
             separate_xla = None if xla else self.jit_compile and self.jit_update
             self._update_fn = tf.function(self.update, jit_compile=separate_xla)
             self._train_fn = tf.function(self._fused_iterations, jit_compile=xla)
-        rollout = self.n_steps * self.n_envs
+        rollout = self.n_steps * self.member_envs  # a population's steps are each member's
         cycles = max(1, min(self.updates_per_call, -(-self.steps_left() // rollout)))
         scheduled = self.schedules()
         # fixed length: no retrace for the last, shorter call
@@ -223,6 +247,8 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
             values[k] = [value_at(self.steps + k * rollout) for _, value_at in scheduled.values()]
         metrics = self.call_graph_loop(self._train_fn, tf.constant(cycles), tf.constant(lrs), tf.constant(values),
                                        max_steps=self.updates_per_call * self.n_steps)
+        if self.members is not None:  # each member's metrics
+            return {k: v.numpy() for k, v in metrics.items()}
         return {k: float(v) for k, v in metrics.items()}
 
     def schedules(self) -> dict[str, tuple[tf.Variable, Any]]:

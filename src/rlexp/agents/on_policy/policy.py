@@ -32,6 +32,8 @@ class PolicyDistribution:
         if self.sde:
             shape = [int((policy_model or self.model).outputs[-1].shape[-1]), self.n_actions]
             self.sde_noise = tf.Variable(tf.zeros([self.n_envs, *shape]), name="sde_noise")  # one matrix per env
+        if self.members is not None:  # each member's own
+            shape = [self.members.count, *shape]
         self.log_std = tf.Variable(tf.fill(shape, self.log_std_init), name="log_std")
 
     @no_autograph
@@ -51,7 +53,7 @@ class PolicyDistribution:
             mean, features = out[:, :self.n_actions], out[:, self.n_actions:]
             variance = tf.matmul(tf.square(features), tf.square(D.sde_std(self.log_std, self.expln)))
             return mean, 0.5 * tf.math.log(variance + 1e-6)
-        return out, self.log_std
+        return out, self.member_rows(self.log_std, out)
 
     @no_autograph
     def log_prob_entropy(self, out: tf.Tensor, actions: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:

@@ -85,7 +85,8 @@ class RecurrentState:
         [model input, *tensors] for those units (None: all), the tensors flattened to rows. Units are
         transitions for feed-forward models, whole sequences (see `sequence_length`) for recurrent ones."""
         if not self.recurrent:
-            flat = [flatten_time(batch["obs"])] + [flatten_time(x) for x in tensors]
+            rows = flatten_time if self.members is None else self.members.member_major  # member-major rows
+            flat = [rows(batch["obs"])] + [rows(x) for x in tensors]
             return self.n_steps * self.n_envs, lambda rows: flat if rows is None else [tf.gather(x, rows) for x in flat]
         L = self.sequence_length
         columns = [self.to_sequences(batch["obs"]), self.to_sequences(batch["starts"])] + [

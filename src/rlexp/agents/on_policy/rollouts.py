@@ -36,7 +36,7 @@ class Rollouts:
 
             self.decide_xla()  # whether the env steps in the graph
 
-            ok = (self.numpy_acting and not self.sde and not self.image_obs and not self.steps_in_graph
+            ok = (self.numpy_acting and self.members is None and not self.sde and not self.image_obs and not self.steps_in_graph
                   and not self.recurrent and self.action_kind in ("discrete", "continuous"))
             mirrors = [NumpyModel.mirror(m) for m in self.numpy_models()] if ok else [None]
             self._mirrors = mirrors if all(m is not None for m in mirrors) else None

@@ -1,0 +1,379 @@
+"""Populations: N independent members of one agent trained in one process and one graph (`Agent(seeds=...)`).
+
+Each member is an ordinary run: its own seed, weights, optimizer state, random streams, env copies, episodes,
+history, checkpoints and stop reason. The agent holds them stacked on a member axis (`rlexp.agents.base.members`,
+`rlexp.models.stacked`); `fit_population` trains them together and writes each member's run dir as a single run
+writes its own, so play, eval, plot and resume read a member as any other run.
+"""
+from __future__ import annotations
+
+import collections
+import logging
+import math
+import random
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping, Sequence
+
+import numpy as np
+
+from rlexp.errors import UserError
+from rlexp.runs.history import History
+
+log = logging.getLogger("rlexp")
+
+SUPPORTED = "PPO and A2C with dense models on vector observations (float32, no obs/reward normalisation, no gSDE)"
+
+
+def member_seeds(seed: int | None, seeds: int | Sequence[int]) -> list[int]:
+    """The members' seeds: a count N (`seed` ... `seed` + N - 1) or a list of seeds."""
+    from rlexp.checks.values import check_seed
+
+    if isinstance(seeds, bool) or not isinstance(seeds, (int, list, tuple)) and not hasattr(seeds, "__iter__"):
+        raise UserError(f"run.seeds={seeds!r} must be a count of members (e.g. 8) or a list of seeds (e.g. [0,3,7])")
+    if isinstance(seeds, int):
+        if seeds < 1:
+            raise UserError(f"run.seeds={seeds} must be at least 1 (a count of members) or a list of seeds")
+        if seed is None:
+            raise UserError("run.seeds=<count> counts from `seed`, which is null; set seed=0 or list the seeds")
+        return [check_seed(seed + i, "run.seeds") for i in range(seeds)]
+    listed = list(seeds)
+    if not listed:
+        raise UserError("run.seeds=[] names no member; give a count (e.g. 8) or at least one seed")
+    for value in listed:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise UserError(f"run.seeds={listed}: {value!r} is not an integer seed")
+    return [check_seed(value, "run.seeds") for value in listed]
+
+
+def population_members(cls: type, envs: Any, seed: int | None, seeds: int | Sequence[int],
+                       params: Mapping[str, Any]):
+    """The `Members` of an agent built with `seeds`, after checking it can train as a population; and each
+    member's Python `random` state as its single run has it when its models are built (Keras' initialisers draw
+    their seeds from it)."""
+    import keras
+
+    from rlexp.agents.base.members import Members
+
+    name = cls.__name__
+    if not getattr(cls, "population_support", False):
+        raise UserError(f"run.seeds: {name} does not train as a population yet; populations train {SUPPORTED}")
+    seeds = member_seeds(seed, seeds)
+    per_member = getattr(envs, "envs_per_member", None)
+    if per_member is None or len(getattr(envs, "members", ())) != len(seeds):
+        raise UserError(f"a population of {len(seeds)} members needs each member's envs: build them with "
+                        f"rlexp.envs.make_member_envs(env_id, n_envs, seeds={seeds})")
+    refused = {"normalize_obs": bool(params.get("normalize_obs")),
+               "normalize_reward": bool(params.get("normalize_reward")),
+               "use_sde": bool(params.get("use_sde")),
+               "divergence_monitoring_steps": params.get("divergence_monitoring_steps") is not None,
+               "kl_threshold": params.get("kl_threshold") is not None,
+               "lr_schedule=kl_adaptive": params.get("lr_schedule") == "kl_adaptive",
+               "mixed_precision": bool(params.get("mixed_precision"))}
+    for key, used in refused.items():
+        if used:
+            setting = key if "=" in key else f"{key}={params.get(key)}"
+            raise UserError(f"run.seeds: agent.{setting} is not supported in a population yet; populations train "
+                            f"{SUPPORTED}; drop it or train the seeds as single runs")
+    states = []
+    for member_seed in seeds:
+        keras.utils.set_random_seed(member_seed)
+        states.append(random.getstate())
+    return Members(seeds, per_member), states
+
+
+def member_value(metric: Any, member: int) -> float:
+    """A member's value of a metric: its entry of a per-member metric, or the one value all share."""
+    values = np.asarray(metric).reshape(-1)
+    return float(values[member] if values.size > 1 else values[0])
+
+
+@dataclass
+class MemberRecord:
+    """One member's progress as a single run keeps its own (see `FitLoop`)."""
+
+    seed: int
+    window: int
+    run_dir: Path | None = None
+    history: History = field(default_factory=History)
+    rewards: collections.deque = None  # type: ignore[assignment]
+    episodes: int = 0
+    best_reward: float = -math.inf
+    steps: int = 0
+    train_time: float = 0.0
+    reason: str | None = None  # why it stopped (None: training)
+    best_pending: bool = False
+
+    def __post_init__(self) -> None:
+        self.rewards = collections.deque(maxlen=self.window)
+
+    @property
+    def mean_reward(self) -> float:
+        return float(np.mean(self.rewards)) if self.rewards else -math.inf
+
+
+class PopulationLoop:
+    """`Agent`'s population part: stacked models, the members' bookkeeping, checkpoints and `fit_population`."""
+
+    def stacked_model(self, make: Callable[[], Any], name: str):
+        """`make()` once per member, with the member's Python random state (its single run's initial weights),
+        the models stacked (`rlexp.models.stacked`)."""
+        from rlexp.models.stacked import stack_models
+
+        models = []
+        outer = random.getstate()
+        for i in range(self.members.count):
+            random.setstate(self._member_random[i])
+            models.append(make())
+            self._member_random[i] = random.getstate()
+        random.setstate(outer)
+        return stack_models(models, name)
+
+    # ----- the member axis in losses (a single run's own reductions where there is no population) ----------
+    def row_mean(self, x):
+        """The mean of a loss term over the rows: per member ([N]) in a population, whose losses are summed."""
+        import tensorflow as tf
+
+        return tf.reduce_mean(x) if self.members is None else self.members.mean(x)
+
+    def standardize_rows(self, x, epsilon: float):
+        """(x - mean) / (std + epsilon) over the rows (each member's own in a population)."""
+        import tensorflow as tf
+
+        if self.members is not None:
+            return self.members.standardize(x, epsilon)
+        mean, var = tf.nn.moments(x, axes=[0])
+        return (x - mean) / (tf.sqrt(var) + epsilon)
+
+    def metric_zero(self):
+        """A zero shaped as one loss term: a scalar, or one per member."""
+        import tensorflow as tf
+
+        return tf.constant(0.0) if self.members is None else tf.zeros([self.members.count])
+
+    def member_rows(self, x, rows):
+        """A per-member tensor [N, ...] repeated for each member's block of `rows` ([N * B, ...]); a single run's
+        `x` as it is."""
+        import tensorflow as tf
+
+        if self.members is None:
+            return x
+        return tf.repeat(x, tf.shape(rows)[0] // self.members.count, axis=0)
+
+    # ----- member checkpoints: each an ordinary single run's checkpoint ------------------------------------
+    def member_records(self) -> list[MemberRecord]:
+        if not hasattr(self, "_records"):
+            self._records = [MemberRecord(s, self.reward_buffer_size) for s in self.members.seeds]
+        return self._records
+
+    def _slice(self, value: np.ndarray, member: int) -> np.ndarray:
+        value = np.asarray(value)
+        return value[member] if value.ndim else value
+
+    def save_member(self, member: int, path: str | Path, full: bool = True, keep_previous: bool = False) -> None:
+        """Member `member`'s checkpoint, as its single run writes it (rlexp.agents.base.checkpointing)."""
+        import json
+
+        from rlexp.runs.checkpoints import PREVIOUS
+        from rlexp.runs.files import write_atomic
+
+        record = self.member_records()[member]
+        arrays: dict[str, np.ndarray] = {}
+        for name, model in self.models().items():
+            for i, w in enumerate(model.get_weights()):
+                arrays[f"model/{name}/{i}"] = w[member]
+        for name, var in self.extra_variables().items():
+            arrays[f"var/{name}"] = self._slice(var.numpy(), member)
+        for k, v in self.normalizer.state_dict().items():
+            arrays[f"normalizer/{k}"] = v
+        if full:
+            for name, opt in self.optimizers().items():
+                for i, v in enumerate(opt.variables):
+                    arrays[f"opt/{name}/{i}"] = self._slice(v, member)
+            arrays["tf_rng"] = self.tf_rng.generators[member].state.numpy()
+            for k, v in record.history.rows.items():
+                arrays[f"history/{k}"] = np.asarray(v)
+        state = dict(agent=type(self).__name__, steps=record.steps, episodes=record.episodes,
+                     train_time=record.train_time, best_reward=record.best_reward, rewards=list(record.rewards),
+                     lr_scale=1.0, adaptive_scale=1.0, plateau_count=0, early_stop_count=0,
+                     rng=self.rng.bit_generator.state, config=self.member_config(member),
+                     observation_shape=list(self.obs_shape), n_actions=self.n_actions, full=full,
+                     population=dict(seeds=self.members.seeds, member=member, reason=record.reason))
+        arrays["state"] = np.frombuffer(json.dumps(state, default=float).encode(), np.uint8)
+        keep = Path(path).with_name(PREVIOUS) if keep_previous else None
+        write_atomic(path, lambda f: np.savez(f, **arrays), keep=keep)
+        if full:
+            record.history.flush()
+
+    def member_config(self, member: int) -> dict[str, Any]:
+        """The run config a member's checkpoint records: the population's, with the member's own seed."""
+        config = dict(getattr(self, "config", {}) or {})
+        if config:
+            config["seed"] = self.members.seeds[member]
+            config["run"] = dict(config.get("run") or {}) | {"seeds": None}  # resumed on its own: a single run
+        return config
+
+    def load_member(self, member: int, path: str | Path) -> dict[str, Any]:
+        """Restore member `member` from its full checkpoint (a population's resume: every member from its own)."""
+        from rlexp.runs.checkpoints import read_arrays, read_state
+
+        state = read_state(path)
+        if state.get("agent") != type(self).__name__ or not state.get("full"):
+            raise UserError(f"checkpoint {path} is not a full {type(self).__name__} checkpoint")
+        data = read_arrays(path)
+
+        def put(variable, value) -> None:
+            full = np.array(variable)
+            if full.ndim:
+                full[member] = value
+            else:
+                full = value
+            variable.assign(full)
+
+        for name, model in self.models().items():
+            for i, variable in enumerate(model.weights):
+                put(variable, data[f"model/{name}/{i}"])
+        for name, var in self.extra_variables().items():
+            put(var, data[f"var/{name}"])
+        for name, opt in self.optimizers().items():
+            for i, v in enumerate(opt.variables):
+                if np.ndim(v):
+                    put(v, data[f"opt/{name}/{i}"])
+                elif member == 0:
+                    v.assign(data[f"opt/{name}/{i}"])
+        self.tf_rng.generators[member].reset(data["tf_rng"])
+        record = self.member_records()[member]
+        record.steps, record.episodes = int(state["steps"]), int(state["episodes"])
+        record.train_time, record.best_reward = float(state["train_time"]), float(state["best_reward"])
+        record.rewards.clear()
+        record.rewards.extend(state["rewards"])
+        record.reason = (state.get("population") or {}).get("reason")
+        rows = {k[8:]: data[k].tolist() for k in data if k.startswith("history/")}
+        if rows:
+            record.history.replace(rows)
+            record.history._flushed = -1
+        return state
+
+    def resume_population(self, paths: Sequence[str | Path]) -> None:
+        """Every member from its last checkpoint; the population goes on from their step (the same for all that
+        train on), with new episodes as a single run's resume starts them."""
+        for member, path in enumerate(paths):
+            self.load_member(member, path)
+        records = self.member_records()
+        self.steps = max(r.steps for r in records)
+        self.members.active.assign([0.0 if r.reason else 1.0 for r in records])
+        seeds = [int(np.random.SeedSequence([s, self.steps]).generate_state(1)[0]) for s in self.members.seeds]
+        self._obs = self._reset_envs(seeds, update_statistics=False)
+
+    # ----- training ------------------------------------------------------------------------------------
+    def _record_member_episodes(self, elapsed: float) -> list[int]:
+        """The finished episodes into their members' histories; returns the members whose full-window mean
+        improved. Episodes of a stopped member are not its run's: they are dropped."""
+        records, improved = self.member_records(), []
+        for step, ret, member in self._finished:
+            record = records[member]
+            if record.reason is not None:
+                continue
+            record.episodes += 1
+            record.rewards.append(ret)
+            mean = record.mean_reward
+            if len(record.rewards) >= self.reward_buffer_size and mean > record.best_reward:
+                record.best_reward = mean
+                improved.append(member)
+            record.history.append(record.episodes, step, elapsed, ret, mean, record.best_reward)
+        self._finished.clear()
+        return improved
+
+    def _stop_member(self, member: int, reason: str) -> None:
+        record = self.member_records()[member]
+        record.reason = reason
+        active = self.members.active.numpy()
+        active[member] = 0.0
+        self.members.active.assign(active)
+        log.info(f"member {member} (seed {record.seed}) stopped at step {record.steps:,}: {reason}")
+
+    def fit_population(self, max_steps: float, target_reward: float | None = None,
+                       run_dirs: Sequence[str | Path] | None = None, checkpoint_interval: float = 10.0,
+                       history_interval: float = 2.0, config: Mapping[str, Any] | None = None,
+                       trackers: Sequence[Any] | None = None, verbose: int = 1) -> list[dict[str, Any]]:
+        """Train every member until `max_steps` env steps (each member's), its target mean reward or its
+        divergence; a member that stops takes no more updates while the others go on. With `run_dirs` (one per
+        member) each gets history.parquet, history.png and checkpoints/{last,best}.ckpt as `fit` writes them.
+        Returns each member's summary (steps, seconds, reason, mean and best reward, episodes)."""
+        from rlexp.agents.base.loop import plot_history, stop_on_interrupt
+        from rlexp.checks.values import check_fit_arguments
+        from rlexp.runs.checkpoints import checkpoint_wait
+
+        check_fit_arguments(max_steps, target_reward, checkpoint_interval, history_interval)
+        self.max_steps = int(float(max_steps))
+        self.config = dict(config or {})
+        records = self.member_records()
+        dirs = [Path(d) for d in run_dirs] if run_dirs else [None] * len(records)
+        trackers = list(trackers) if trackers else [None] * len(records)
+        for record, run_dir in zip(records, dirs):
+            record.run_dir = run_dir
+            if run_dir is not None:
+                record.history.path = run_dir / "history.parquet"
+        start_steps, session_start, base_times = self.steps, time.perf_counter(), [r.train_time for r in records]
+        last_checkpoint = last_flush = time.perf_counter()
+        wait, stop, iterations = float(checkpoint_interval), [False], 0
+
+        def training() -> list[int]:
+            return [i for i, r in enumerate(records) if r.reason is None]
+
+        with stop_on_interrupt(stop):
+            while training() and self.steps < self.max_steps and not stop[0]:
+                self._apply_lr()
+                self.pause_step = None
+                metrics = self.train_iteration()
+                iterations += 1
+                elapsed = time.perf_counter() - session_start
+                going = training()
+                for i in going:
+                    records[i].steps, records[i].train_time = self.steps, base_times[i] + elapsed
+                for i in self._record_member_episodes(elapsed):
+                    records[i].best_pending = True
+                for i in going:
+                    bad = [k for k, v in metrics.items() if not np.isfinite(member_value(v, i))]
+                    if bad:
+                        self._stop_member(i, f"diverged (non-finite {', '.join(bad)})")
+                    elif (target_reward is not None and len(records[i].rewards) >= self.reward_buffer_size
+                          and records[i].mean_reward >= float(target_reward)):
+                        self._stop_member(i, "target_reward")
+                    if trackers[i] is not None:
+                        trackers[i].scalars(self.steps, {f"train/{k}": member_value(v, i)
+                                                         for k, v in metrics.items()})
+                if verbose and iterations % 10 == 1:
+                    means = " ".join(f"{r.mean_reward:.1f}" if r.rewards else "-" for r in records)
+                    log.info(f"step {self.steps:,}/{self.max_steps:,}: members' mean rewards {means}")
+                now = time.perf_counter()
+                for i, record in enumerate(records):
+                    if record.run_dir is None:
+                        continue
+                    if record.best_pending:
+                        self.save_member(i, record.run_dir / "checkpoints" / "best.ckpt", full=False)
+                        record.best_pending = False
+                    if iterations == 1 or now - last_checkpoint >= wait or i not in training() and i in going:
+                        self.save_member(i, record.run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
+                if iterations == 1 or now - last_checkpoint >= wait:
+                    wait = checkpoint_wait(checkpoint_interval, time.perf_counter() - now)
+                    last_checkpoint = last_flush = now
+                elif now - last_flush >= history_interval:
+                    for record in records:
+                        record.history.flush()
+                    last_flush = now
+        summaries = []
+        for i, record in enumerate(records):
+            if record.reason is None:
+                record.reason = "interrupted" if stop[0] and self.steps < self.max_steps else "max_steps"
+            if record.run_dir is not None:
+                self.save_member(i, record.run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
+                if len(record.history):
+                    plot_history({record.run_dir.name: record.history.columns()}, record.run_dir / "history.png")
+            summaries.append(dict(seed=record.seed, steps=record.steps, seconds=record.train_time,
+                                  steps_per_s=record.steps / record.train_time if record.train_time else 0.0,
+                                  reason=record.reason, mean_reward=record.mean_reward,
+                                  best_reward=record.best_reward, episodes=record.episodes))
+        self.stop_signal = int(stop[0]) if stop[0] else None
+        return summaries

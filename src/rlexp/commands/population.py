@@ -1,0 +1,120 @@
+"""mode=train with run.seeds: the seeds trained as one population in one process (rlexp.agents.base.population).
+
+The run dir holds one ordinary run dir per member, `seed_<s>/`: its config (with its own seed), checkpoints,
+history, main.log lines and summary.json, so `mode=play`, `mode=eval`, `mode=plot` and `+resume` take a member as
+any run, and `mode=plot '+runs=<run dir>/seed_*'` shows the members as seeds of one configuration.
+"""
+from __future__ import annotations
+
+import logging
+from pathlib import Path
+
+from omegaconf import DictConfig, OmegaConf, open_dict
+
+from rlexp.build import build_agent, check_config, setup_tensorflow, startup_done
+from rlexp.errors import RunFailed, UserError
+from rlexp.runs.dirs import (choices, claim_run_dir, in_sweep, new_run_dir, run_config, run_dir_key,
+                             task_overrides, unclaim_run_dir, write_run_config)
+from rlexp.runs.evaluation import deterministic_final_eval, evaluate, mean_std, write_summary
+from rlexp.runs.lock import RunLock
+
+log = logging.getLogger("rlexp")
+
+
+def member_config(cfg: DictConfig, seed: int) -> DictConfig:
+    """A member's own run config: the population's with its seed, as a single run of that seed has it."""
+    member = OmegaConf.merge(cfg, {})
+    with open_dict(member):
+        member.seed = int(seed)
+        member.run.seeds = None
+    return member
+
+
+def train_population(cfg: DictConfig) -> float:
+    """Train run.seeds' members together; returns the mean of their final evaluations."""
+    from rlexp.agents.base import TrainingDiverged
+    from rlexp.agents.base.population import member_seeds
+    from rlexp.presets.complete import check_presets
+    from rlexp.presets.fallbacks import apply_fallback
+    from rlexp.runs.logs import attach_run_log, detach_run_log
+
+    for key in ("resume", "init_from"):
+        if cfg.get(key):
+            raise UserError(f"run.seeds with +{key}: a population starts new runs; +{key} takes one run dir "
+                            f"(a member's, <run dir>/seed_<s>), without run.seeds")
+    if in_sweep():
+        raise UserError("run.seeds in a sweep: use hydra.sweeper.seeds_per_trial (the sweeper's own seeds)")
+    raw = cfg.run.seeds
+    seeds = member_seeds(cfg.get("seed"), OmegaConf.to_container(raw) if OmegaConf.is_config(raw) else raw)
+    check_presets(cfg, choices())
+    cfg, preset_line = apply_fallback(cfg, choices(), task_overrides())
+    setup_tensorflow(cfg)
+    checked = check_config(cfg)
+    run_dir = new_run_dir(cfg)
+    made = [p for p in run_dir.parents if not p.exists()]
+    run_dir = claim_run_dir(run_dir)
+    lock = RunLock(run_dir).acquire(run_dir_key(cfg))
+    try:
+        try:
+            agent = build_agent(cfg, checked=checked, seeds=seeds)
+        except BaseException:
+            lock.release()
+            unclaim_run_dir(run_dir, made)
+            lock = None
+            raise
+        if preset_line:
+            log.info(preset_line)
+        startup_done()
+        member_dirs = [run_dir / f"seed_{seed}" for seed in seeds]
+        configs = [member_config(cfg, seed) for seed in seeds]
+        for member_dir, member in zip(member_dirs, configs):
+            member_dir.mkdir()
+            write_run_config(member_dir, member)
+        write_run_config(run_dir, cfg)
+        handler = attach_run_log(run_dir, *([preset_line] if preset_line else []))
+        try:
+            return _train(agent, cfg, seeds, member_dirs, configs, checked)
+        except TrainingDiverged as e:
+            raise RunFailed(f"training diverged: {e}") from None
+        finally:
+            detach_run_log(handler)
+    finally:
+        if lock is not None:
+            lock.release()
+
+
+def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], configs: list[DictConfig],
+           checked) -> float:
+    precision = int(cfg.agent.display_precision)
+    log.info(f"training {type(agent).__name__} on {cfg.env.id}: a population of {len(seeds)} members (seeds "
+             f"{', '.join(map(str, seeds))}) in one process -> {member_dirs[0].parent}/seed_*")
+    summaries = agent.fit_population(cfg.run.max_steps, cfg.run.target_reward, run_dirs=member_dirs,
+                                     checkpoint_interval=float(cfg.run.checkpoint_interval),
+                                     history_interval=float(cfg.run.history_interval),
+                                     config=run_config(cfg), verbose=0 if cfg.agent.get("quiet") else 1)
+    agent.envs.close()
+    means = []
+    interrupted = agent.stop_signal
+    for i, (member_dir, member, summary) in enumerate(zip(member_dirs, configs, summaries)):
+        returns: list[float] = []
+        if not interrupted:  # each member's final evaluation, by a single agent holding its weights
+            single = build_agent(member, checked=checked)
+            single.load(member_dir / "checkpoints" / "last.ckpt", weights_only=True)
+            returns = evaluate(single, member, deterministic_final_eval(member))
+            single.envs.close()
+        write_summary(member_dir, summary, returns, member)
+        mean, std = mean_std(returns)
+        means.append(mean)
+        log.info(f"member {i} seed {seeds[i]} ({summary['reason']}): {summary['steps']:,} steps, "
+                 + (f"eval {mean:.{precision}f} ± {std:.{precision}f} over {len(returns)} episodes"
+                    if returns else "no eval") + f" | {member_dir}")
+    seconds = max(s["seconds"] for s in summaries)
+    steps = sum(s["steps"] for s in summaries)
+    log.info(f"done: {len(seeds)} members, {steps:,} steps in {seconds:.1f} s ({steps / max(seconds, 1e-9):,.0f} "
+             f"steps/s) | run dirs: {member_dirs[0].parent}/seed_*")
+    log.info(f"next: python -m rlexp mode=plot '+runs={member_dirs[0].parent}/seed_*' | python -m rlexp mode=play "
+             f"+checkpoint={member_dirs[0]} | python -m rlexp +resume={member_dirs[0]}")
+    if interrupted:
+        raise SystemExit(128 + int(interrupted))
+    finite = [m for m in means if m == m]
+    return float(sum(finite) / len(finite)) if finite else float("nan")
