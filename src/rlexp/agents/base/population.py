@@ -30,7 +30,7 @@ def member_seeds(seed: int | None, seeds: int | Sequence[int]) -> list[int]:
     """The members' seeds: a count N (`seed` ... `seed` + N - 1) or a list of seeds."""
     from rlexp.checks.values import check_seed
 
-    if isinstance(seeds, bool) or not isinstance(seeds, (int, list, tuple)) and not hasattr(seeds, "__iter__"):
+    if isinstance(seeds, (bool, str, float)) or not isinstance(seeds, (int, list, tuple)):
         raise UserError(f"run.seeds={seeds!r} must be a count of members (e.g. 8) or a list of seeds (e.g. [0,3,7])")
     if isinstance(seeds, int):
         if seeds < 1:

@@ -185,7 +185,7 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
 
         def masked_step_then_0():
             kept = list(variables) + [v for v in self.optimizer.variables if len(v.shape)]
-            before = [tf.identity(v.value if hasattr(v, "value") else v) for v in kept]
+            before = [tf.identity(tf.convert_to_tensor(v)) for v in kept]
             with tf.control_dependencies(before):
                 self.optimizer.apply_gradients(zip(grads, variables))
             self.members.keep_stopped(kept, before)

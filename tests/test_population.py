@@ -1,0 +1,176 @@
+"""Populations (`run.seeds`, `Agent(seeds=...)`): members are independent runs trained in one graph."""
+import json
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+import tensorflow as tf
+
+from rlexp.agents.a2c import A2C
+from rlexp.agents.base.members import Members
+from rlexp.agents.ppo import PPO
+from rlexp.envs import make_envs, make_member_envs
+from rlexp.errors import UserError
+from test_cli import rlexp
+
+PPO_ARGS = dict(n_steps=16, mini_batches=4, ppo_epochs=2, lr=1e-3, grad_norm=0.5, quiet=True)
+STEPS = 3 * 16 * 4  # three rollouts of 4 envs
+
+
+def population(seeds, cls=PPO, env_id="CartPole-v1", **kwargs):
+    agent = cls(make_member_envs(env_id, 4, seeds, vectorization="sync"), seeds=seeds, **(kwargs or PPO_ARGS))
+    agent.fit_population(STEPS, verbose=0)
+    return agent
+
+
+def member(agent, i):
+    return [w[i] for w in agent.model.get_weights()]
+
+
+@pytest.mark.parametrize("cls, env_id", [(PPO, "CartPole-v1"), (PPO, "Pendulum-v1"), (A2C, "CartPole-v1")])
+def test_a_member_is_unchanged_bit_for_bit_when_another_members_seed_and_data_change(cls, env_id):
+    args = {} if cls is PPO else dict(n_steps=5, mini_batches=None, ppo_epochs=None)
+    args = {k: v for k, v in (PPO_ARGS | args).items() if v is not None}
+    first, second = population([0, 1, 2], cls, env_id, **args), population([0, 7, 2], cls, env_id, **args)
+    for i in (0, 2):
+        assert all(np.array_equal(a, b) for a, b in zip(member(first, i), member(second, i)))
+    assert not all(np.array_equal(a, b) for a, b in zip(member(first, 1), member(second, 1)))
+
+
+def test_a_member_trains_as_in_a_population_of_another_size_to_float_rounding():
+    """Bit for bit within one population size (above); across sizes the batched matmuls may block differently."""
+    trio, alone = population([3, 4, 5]), population([4])
+    for a, b in zip(member(trio, 1), member(alone, 0)):
+        np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    assert np.array_equal(trio.log_std.numpy()[1], alone.log_std.numpy()[0]) if hasattr(trio, "log_std") else True
+
+
+def test_a_population_of_one_starts_as_the_single_run_and_trains_as_it_does_to_float_rounding():
+    """The same initial weights, envs and random streams; the first rollout's actions are the same. Updates agree to
+    rounding only: the stacked layers sum a value head's one column and a bias's gradient in another order than Keras'
+    matrix-vector product and BiasAddGrad (rlexp.models.stacked)."""
+    single = PPO(make_envs("CartPole-v1", 4, 4, vectorization="sync"), seed=4, **PPO_ARGS)
+    single.numpy_acting = False  # a population acts in TensorFlow, as single runs do with a graph env
+    alone = PPO(make_member_envs("CartPole-v1", 4, [4], vectorization="sync"), seeds=[4], **PPO_ARGS)
+    assert all(np.array_equal(a, b[0]) for a, b in zip(single.model.get_weights(), alone.model.get_weights()))
+    first, other = single.collect(), alone.collect()
+    assert np.array_equal(first["actions"].numpy(), other["actions"].numpy())
+    assert np.array_equal(first["obs"].numpy(), other["obs"].numpy())
+    single.fit(STEPS, verbose=0)
+    alone.fit_population(STEPS, verbose=0)
+    for a, b in zip(single.model.get_weights(), alone.model.get_weights()):
+        np.testing.assert_allclose(a, b[0], rtol=0, atol=1e-5)
+
+
+def test_each_member_is_clipped_to_its_own_norm_as_tf_clip_by_global_norm_clips_a_single_run():
+    members = Members([0, 1, 2], 1)
+    rng = np.random.default_rng(0)
+    grads = [rng.standard_normal((3, 4, 5)).astype(np.float32), rng.standard_normal((3, 5)).astype(np.float32)]
+    grads[0][1] *= 1e-3  # member 1 is under the norm: left as it is
+    clipped = members.clip_gradients([tf.constant(g) for g in grads], 0.5)
+    for i in range(3):
+        expected, _ = tf.clip_by_global_norm([tf.constant(g[i]) for g in grads], 0.5)
+        for got, want in zip(clipped, expected):
+            np.testing.assert_allclose(got.numpy()[i], want.numpy(), rtol=1e-6)
+    norm_1 = np.sqrt(sum(np.sum(g[1] ** 2) for g in grads))
+    if norm_1 < 0.5:
+        assert np.array_equal(clipped[0].numpy()[1], grads[0][1])
+
+
+def test_a_stopped_member_keeps_its_weights_and_does_not_change_the_others_updates():
+    seeds = [0, 1]
+    going = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
+    stopped = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
+    before = member(stopped, 1)
+    slots = [np.array(v)[1] for v in stopped.optimizer.variables if len(v.shape)]
+    stopped.members.active.assign([1.0, 0.0])
+    going.fit_population(STEPS, verbose=0)
+    stopped.fit_population(STEPS, verbose=0)
+    assert all(np.array_equal(a, b) for a, b in zip(member(stopped, 1), before))
+    assert all(np.array_equal(a, np.array(v)[1]) for a, v in
+               zip(slots, [v for v in stopped.optimizer.variables if len(v.shape)]))
+    assert all(np.array_equal(a, b) for a, b in zip(member(stopped, 0), member(going, 0)))
+    assert not all(np.array_equal(a, b) for a, b in zip(member(going, 1), before))
+
+
+def test_rows_are_member_major_and_minibatches_hold_each_members_own_rows():
+    members = Members([0, 1], 2)
+    x = tf.reshape(tf.range(3 * 4), [3, 4])  # [T=3, N*E=4]: value 4t + column
+    rows = members.member_major(x).numpy()
+    assert rows.tolist() == [0, 1, 4, 5, 8, 9, 2, 3, 6, 7, 10, 11]  # member 0: columns 0-1 time-major, then 1
+    order = tf.constant([[5, 4, 3, 2, 1, 0], [0, 1, 2, 3, 4, 5]])
+    batches = members.shuffle(tf.constant(rows), order, 2).numpy()
+    assert batches.tolist() == [[9, 8, 5, 2, 3, 6], [4, 1, 0, 7, 10, 11]]
+
+
+@pytest.mark.parametrize("seeds, message", [
+    (0, "run.seeds=0 must be at least 1 (a count of members) or a list of seeds"),
+    (-2, "run.seeds=-2 must be at least 1 (a count of members) or a list of seeds"),
+    (1.5, "run.seeds=1.5 must be a count of members (e.g. 8) or a list of seeds (e.g. [0,3,7])"),
+    ("x", "run.seeds='x' must be a count of members (e.g. 8) or a list of seeds (e.g. [0,3,7])"),
+    ([], "run.seeds=[] names no member; give a count (e.g. 8) or at least one seed"),
+    ([0, "a"], "run.seeds=[0, 'a']: 'a' is not an integer seed"),
+])
+def test_bad_seed_counts_and_lists_are_refused(seeds, message):
+    from rlexp.agents.base.population import member_seeds
+
+    with pytest.raises(UserError) as error:
+        member_seeds(0, seeds)
+    assert str(error.value) == message
+
+
+def test_what_a_population_does_not_support_is_refused_in_one_line():
+    envs = make_member_envs("CartPole-v1", 2, [0, 1], vectorization="sync")
+    with pytest.raises(UserError, match=r"^run.seeds: agent.normalize_obs=True is not supported in a population yet"):
+        PPO(envs, seeds=[0, 1], normalize_obs=True)
+    with pytest.raises(UserError, match="needs each member's envs"):
+        PPO(make_envs("CartPole-v1", 2, 0), seeds=[0, 1])
+
+
+@pytest.fixture(scope="module")
+def trained_population(tmp_path_factory):
+    cwd = tmp_path_factory.mktemp("population")
+    result = rlexp(cwd, "agent=ppo", "env=cartpole", "run.seeds=[3,5]", "run.max_steps=3000", "run.eval_episodes=2",
+                   "run.progress=none")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = Path(cwd).glob("outputs/*/*_ppo_cartpole")
+    return cwd, run, result
+
+
+def test_each_member_writes_an_ordinary_run_dir_with_its_own_seed(trained_population):
+    cwd, run, result = trained_population
+    assert sorted(p.name for p in run.glob("seed_*")) == ["seed_3", "seed_5"]
+    for seed in (3, 5):
+        member_dir = run / f"seed_{seed}"
+        config = (member_dir / ".hydra" / "config.yaml").read_text()
+        assert f"seed: {seed}\n" in config and "seeds: null" in config
+        summary = json.loads((member_dir / "summary.json").read_text())
+        assert summary["steps"] >= 3000 and summary["final_eval"]["episodes"] == 2
+        history = pd.read_parquet(member_dir / "history.parquet")
+        assert len(history) == summary["episodes"] > 0
+        state = PPO.read_state(member_dir / "checkpoints" / "last.ckpt")
+        assert state["config"]["seed"] == seed and state["steps"] == summary["steps"]
+    assert "a population of 2 members (seeds 3, 5)" in result.stdout
+
+
+def test_play_eval_plot_and_resume_take_a_member_as_any_run(trained_population):
+    cwd, run, _ = trained_population
+    evaluated = rlexp(cwd, "mode=eval", f"+checkpoint={run / 'seed_5'}", "run.eval_episodes=2")
+    assert evaluated.returncode == 0 and "eval:" in evaluated.stdout, evaluated.stderr
+    plotted = rlexp(cwd, "mode=plot", f"+runs={run}/seed_*", "+output=members.png")
+    assert plotted.returncode == 0 and "over 2 run(s)" in plotted.stdout and "1 group(s)" in plotted.stdout, (
+        plotted.stdout + plotted.stderr)
+    resumed = rlexp(cwd, f"+resume={run / 'seed_3'}", "run.max_steps=4000", "run.eval_episodes=2")
+    assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stdout + resumed.stderr
+
+
+@pytest.mark.parametrize("args, message", [
+    (["run.seeds=0"], "run.seeds=0 must be at least 1"),
+    (["agent=dqn", "run.seeds=2"], "run.seeds: DQN does not train as a population yet; populations train PPO and A2C"),
+])
+def test_a_refused_population_says_so_in_one_line_and_leaves_no_run_dir(tmp_path, args, message):
+    result = rlexp(tmp_path, "env=cartpole", *args)
+    assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1, (
+        result.stderr)
+    assert not list(Path(tmp_path).glob("outputs/*/*"))
