@@ -279,7 +279,7 @@ def test_td3_steps_a_graph_env_in_the_graph_and_keeps_the_episode_books():
     assert isinstance(agent.buffer, GraphReplayBuffer)  # moved into TF variables for the graph loop
     np.testing.assert_array_equal(agent.buffer.data["obs"][:20].numpy(), warm_up)
     assert agent.steps == agent.buffer.size == 500 and int(agent.updates.numpy()) > 200
-    ends, returns = zip(*agent._finished)  # every env's episode ends after 7 of its steps
+    ends, returns, _ = zip(*agent._finished)  # every env's episode ends after 7 of its steps
     assert list(ends) == [7 * 2 * k - 1 + i for k in range(1, 36) for i in (0, 1)]
     rewards = agent.buffer.data["rewards"].numpy()  # transition t of env i sits in slot 2 t + i
     expected = [rewards[2 * 7 * (k - 1) + i: 2 * 7 * k: 2].sum() for k in range(1, 36) for i in (0, 1)]

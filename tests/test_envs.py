@@ -297,7 +297,7 @@ def test_agents_stop_bootstrapping_at_a_lost_life_and_count_whole_games():
         _, rewards, terminated, _, _ = agent.env_step(actions.integers(0, 4, 1))
         ends += int(terminated[0])
         total += float(rewards[0])
-    (_, game_return), = agent._finished
+    (_, game_return, _), = agent._finished
     assert ends == 5 and game_return == total > 0  # 4 lost lives and the game's end; one episode, all of it
     envs.close()
 

@@ -63,10 +63,10 @@ def test_a2c_rolls_out_a_graph_env_in_the_graph(env_id):
     np.testing.assert_array_equal(agent._obs, envs.observe(NUMPY, envs.state))
     np.testing.assert_array_equal(batch["last_obs"], agent._obs)
     assert agent.steps == 40 and (batch["dones"][6] == 1).all()  # every episode is truncated after 7 steps
-    ends = [step for step, _ in agent._finished]
+    ends = [step for step, *_ in agent._finished]
     assert ends == [4 * 6 + i + 1 for i in range(4)]
     if env_id == "CartPole-v1":  # +1 per step, and truncated steps bootstrap with the final obs's value
-        assert [ret for _, ret in agent._finished] == [7.0] * 4
+        assert [ret for _, ret, *_ in agent._finished] == [7.0] * 4
         assert (batch["rewards"][6] != 1).all() and (batch["rewards"][:6] == 1).all()
 
 

@@ -221,7 +221,8 @@ def check_config(cfg: DictConfig, n_envs: int | None = None) -> Checked:
 
 
 def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None,
-                checked: Checked | None = None, seeds: list[int] | None = None):
+                checked: Checked | None = None, seeds: list[int] | None = None,
+                member_values: dict[str, list[float]] | None = None):
     """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class), `checked`
     by `check_config` (which runs here when it is not given); with `seeds` a population of one member per seed, each
     with its own envs (rlexp.agents.base.population)."""
@@ -251,7 +252,7 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
         cfg.run.eval_deterministic = resolve_eval_deterministic(cfg.run.get("eval_deterministic", "auto"), cfg.env.id)
         if cfg.run.get("final_eval_deterministic") is not None:  # null: as eval_deterministic
             cfg.run.final_eval_deterministic = resolve_eval_deterministic(cfg.run.final_eval_deterministic, cfg.env.id)
-    population = {} if seeds is None else {"seeds": seeds}
+    population = {} if seeds is None else {"seeds": seeds, "member_values": member_values or None}
     agent = instantiate(cfg.agent, envs=envs, model=model, buffer=buffer, seed=cfg.seed, **playing, **population,
                         clip_rewards=bool(cfg.env.clip_rewards), mixed_precision=precision, _convert_="all")
     return agent

@@ -32,7 +32,8 @@ log = logging.getLogger("rlexp")
 
 def train_or_population(cfg: DictConfig) -> float:
     """mode=train: one run, or with run.seeds a population (rlexp.commands.population)."""
-    if cfg.get("run", {}).get("seeds") is not None:
+    run = cfg.get("run", {})
+    if run.get("seeds") is not None or run.get("members") is not None:
         from rlexp.commands.population import train_population
 
         return train_population(cfg)

@@ -37,6 +37,7 @@ class A2C(OnPolicyAgent):
     action_spaces = ("discrete", "continuous", "multi_discrete", "multi_binary")
     recurrent_models = mixed_precision_support = float16_support = True
     population_support = True
+    member_keys = ("lr", "gamma", "lam", "entropy_coef", "value_loss_coef")
     graph_env_rollouts = True  # rollouts are most of A2C's work: stepping a graph env in the graph pays
 
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 5, lam: float = 1.0,

@@ -41,6 +41,7 @@ class PPO(OnPolicyAgent):
     action_spaces = ("discrete", "continuous", "multi_discrete", "multi_binary")
     recurrent_models = mixed_precision_support = float16_support = True
     population_support = True
+    member_keys = ("lr", "gamma", "lam", "clip_norm", "entropy_coef", "value_loss_coef")
     lr_schedules = ("constant", "linear", "kl_adaptive")
 
     def __init__(self, envs, model=None, buffer=None, *, lam: float = 0.95, clip_norm: float = 0.1,
@@ -81,7 +82,7 @@ class PPO(OnPolicyAgent):
         out, values = self.forward(obs)
         log_probs, entropy = self.log_prob_entropy(out, actions)
         advantages = self.standardize_rows(advantages, self.advantage_epsilon)
-        clip = self.clip_range if self.clip_schedule != "constant" else self.clip_norm
+        clip = self.per_row(self.clip_range if self.clip_schedule != "constant" else self.clip_norm, log_probs)
         policy_loss = clipped_surrogate(log_probs, old_log_probs, advantages, clip, self.row_mean)
         value_error = tf.square(returns - values)
         if self.value_clip is not None:

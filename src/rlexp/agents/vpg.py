@@ -23,6 +23,8 @@ class VPG(A2C):
         grad_norm: global gradient-norm clip (None: off).
     """
 
+    member_keys = ("lr", "gamma")  # run.members (TensorForce's other names are not A2C's)
+
     def __init__(self, envs, model=None, buffer=None, *, baseline: str = "value", gae_lambda: float | None = None,
                  entropy_regularization: float = 0.0, baseline_loss_coef: float = 1.0, n_steps: int = 256,
                  normalize_advantage: bool = True, grad_norm: float | None = None, optimizer: str = "adam",

@@ -21,19 +21,45 @@ from rlexp.runs.lock import RunLock
 log = logging.getLogger("rlexp")
 
 
-def member_config(cfg: DictConfig, seed: int) -> DictConfig:
-    """A member's own run config: the population's with its seed, as a single run of that seed has it."""
+def member_config(cfg: DictConfig, seed: int, values: dict[str, float]) -> DictConfig:
+    """A member's own run config: the population's with its seed and values, as a single run of them has it."""
     member = OmegaConf.merge(cfg, {})
     with open_dict(member):
         member.seed = int(seed)
-        member.run.seeds = None
+        member.run.seeds = member.run.members = None
+        for key, value in values.items():
+            member.agent[key] = value
     return member
+
+
+def members_of(cfg: DictConfig) -> tuple[list[int], dict[str, list]]:
+    """The members' seeds and own values from run.seeds and run.members (members without run.seeds: all `seed`)."""
+    from rlexp.agents.base.population import member_seeds
+
+    def plain(node):
+        return OmegaConf.to_container(node) if OmegaConf.is_config(node) else node
+
+    values = plain(cfg.run.get("members")) or {}
+    if not isinstance(values, dict):
+        raise UserError(f"run.members={values!r} must map agent keys to one value per member, e.g. "
+                        "'run.members={lr: [3e-4, 1e-3]}'")
+    seeds = plain(cfg.run.get("seeds"))
+    if seeds is None:
+        lengths = {len(v) for v in values.values() if isinstance(v, (list, tuple))}
+        seeds = [cfg.get("seed")] * (max(lengths) if lengths else 1)
+        if cfg.get("seed") is None:
+            raise UserError("run.members without run.seeds gives every member `seed`, which is null; set seed=0")
+    return member_seeds(cfg.get("seed"), seeds), values
+
+
+def member_dir_name(seed: int, values: dict[str, float], seeds: list[int]) -> str:
+    """seed_<s>, with the member's own values where members have them."""
+    return f"seed_{seed}" + "".join(f"_{key}_{value:g}" for key, value in values.items())
 
 
 def train_population(cfg: DictConfig) -> float:
     """Train run.seeds' members together; returns the mean of their final evaluations."""
     from rlexp.agents.base import TrainingDiverged
-    from rlexp.agents.base.population import member_seeds
     from rlexp.presets.complete import check_presets
     from rlexp.presets.fallbacks import apply_fallback
     from rlexp.runs.logs import attach_run_log, detach_run_log
@@ -44,8 +70,7 @@ def train_population(cfg: DictConfig) -> float:
                             f"(a member's, <run dir>/seed_<s>), without run.seeds")
     if in_sweep():
         raise UserError("run.seeds in a sweep: use hydra.sweeper.seeds_per_trial (the sweeper's own seeds)")
-    raw = cfg.run.seeds
-    seeds = member_seeds(cfg.get("seed"), OmegaConf.to_container(raw) if OmegaConf.is_config(raw) else raw)
+    seeds, values = members_of(cfg)
     check_presets(cfg, choices())
     cfg, preset_line = apply_fallback(cfg, choices(), task_overrides())
     setup_tensorflow(cfg)
@@ -56,7 +81,7 @@ def train_population(cfg: DictConfig) -> float:
     lock = RunLock(run_dir).acquire(run_dir_key(cfg))
     try:
         try:
-            agent = build_agent(cfg, checked=checked, seeds=seeds)
+            agent = build_agent(cfg, checked=checked, seeds=seeds, member_values=values)
         except BaseException:
             lock.release()
             unclaim_run_dir(run_dir, made)
@@ -65,8 +90,12 @@ def train_population(cfg: DictConfig) -> float:
         if preset_line:
             log.info(preset_line)
         startup_done()
-        member_dirs = [run_dir / f"seed_{seed}" for seed in seeds]
-        configs = [member_config(cfg, seed) for seed in seeds]
+        own = [{key: float(listed[i]) for key, listed in values.items()} for i in range(len(seeds))]
+        names = [member_dir_name(seed, mine, seeds) for seed, mine in zip(seeds, own)]
+        if len(set(names)) < len(names):  # members alike in seed and values: told apart by their place
+            names = [f"member_{i}_{name}" for i, name in enumerate(names)]
+        member_dirs = [run_dir / name for name in names]
+        configs = [member_config(cfg, seed, mine) for seed, mine in zip(seeds, own)]
         for member_dir, member in zip(member_dirs, configs):
             member_dir.mkdir()
             write_run_config(member_dir, member)
@@ -87,7 +116,7 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
            checked) -> float:
     precision = int(cfg.agent.display_precision)
     log.info(f"training {type(agent).__name__} on {cfg.env.id}: a population of {len(seeds)} members (seeds "
-             f"{', '.join(map(str, seeds))}) in one process -> {member_dirs[0].parent}/seed_*")
+             f"{', '.join(map(str, seeds))}) in one process -> {member_dirs[0].parent}/{member_dirs[0].name.split('_')[0]}_*")
     summaries = agent.fit_population(cfg.run.max_steps, cfg.run.target_reward, run_dirs=member_dirs,
                                      checkpoint_interval=float(cfg.run.checkpoint_interval),
                                      history_interval=float(cfg.run.history_interval),
@@ -111,8 +140,8 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
     seconds = max(s["seconds"] for s in summaries)
     steps = sum(s["steps"] for s in summaries)
     log.info(f"done: {len(seeds)} members, {steps:,} steps in {seconds:.1f} s ({steps / max(seconds, 1e-9):,.0f} "
-             f"steps/s) | run dirs: {member_dirs[0].parent}/seed_*")
-    log.info(f"next: python -m rlexp mode=plot '+runs={member_dirs[0].parent}/seed_*' | python -m rlexp mode=play "
+             f"steps/s) | run dirs: {member_dirs[0].parent}/{member_dirs[0].name.split('_')[0]}_*")
+    log.info(f"next: python -m rlexp mode=plot '+runs={member_dirs[0].parent}/{member_dirs[0].name.split('_')[0]}_*' | python -m rlexp mode=play "
              f"+checkpoint={member_dirs[0]} | python -m rlexp +resume={member_dirs[0]}")
     if interrupted:
         raise SystemExit(128 + int(interrupted))

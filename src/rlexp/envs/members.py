@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any, Sequence
 
+import types
+
 import gymnasium as gym
 import numpy as np
 
@@ -72,8 +74,10 @@ class MemberEnvs(gym.vector.VectorEnv):
 
 
 class MemberGraphEnvs(GraphVectorEnv):
-    """Members' graph envs (`rlexp.envs.graph`) as one, also inside a graph: each member's copies keep their own
-    state and generator, so its episodes are those of its single run."""
+    """Members' graph envs (`rlexp.envs.graph`) as one, also inside a graph. In a graph all copies step as one
+    batch (one set of ops, however many members), and each member's restarts are drawn from its own env's generator
+    (seeded as its single run seeds it), its block of the envs' last axis: a member's episodes are its single
+    run's."""
 
     def __init__(self, members: Sequence[GraphVectorEnv]) -> None:
         self.members = list(members)
@@ -84,26 +88,56 @@ class MemberGraphEnvs(GraphVectorEnv):
         self.observation_space = gym.vector.utils.batch_space(self.single_observation_space, self.num_envs)
         self.action_space = gym.vector.utils.batch_space(self.single_action_space, self.num_envs)
         self.spec = getattr(first, "spec", None)
+        self.state_size = first.state_size
         self._tf = None
 
     reset = MemberEnvs.reset
     step = MemberEnvs.step
     close = MemberEnvs.close
 
+    def initial_state(self, xp, uniform, n):
+        return self.members[0].initial_state(xp, uniform, n)
+
+    def dynamics(self, xp, state, actions):
+        return self.members[0].dynamics(xp, state, actions)
+
+    def observe(self, xp, state):
+        return self.members[0].observe(xp, state)
+
     def to_graph(self) -> None:
-        for env in self.members:
-            env.to_graph()
-
-    def from_graph(self) -> None:
-        for env in self.members:
-            env.from_graph()
-
-    def graph_step(self, actions):
         import tensorflow as tf
 
+        for env in self.members:  # each member's generator, made and seeded as its single run's
+            env.to_graph()
+        state = np.concatenate([env.state for env in self.members], axis=1)
+        elapsed = np.concatenate([env.elapsed for env in self.members])
+        if self._tf is None:
+            from rlexp.envs.graph import _tensorflow_ops
+
+            self._tf = types.SimpleNamespace(ops=_tensorflow_ops(), state=tf.Variable(state, dtype=tf.float64),
+                                             elapsed=tf.Variable(elapsed), rng=_MemberUniform(self.members))
+        else:
+            self._tf.state.assign(state)
+            self._tf.elapsed.assign(elapsed)
+
+    def from_graph(self) -> None:
+        state, elapsed = self._tf.state.numpy(), self._tf.elapsed.numpy()
         E = self.envs_per_member
-        results = [env.graph_step(actions[i * E:(i + 1) * E]) for i, env in enumerate(self.members)]
-        return tuple(tf.concat([r[k] for r in results], 0) for k in range(5))
+        for i, env in enumerate(self.members):
+            env.state, env.elapsed = state[:, i * E:(i + 1) * E].copy(), elapsed[i * E:(i + 1) * E].copy()
+
+
+class _MemberUniform:
+    """`uniform` draws for all members' envs: each member's block of the last axis from its env's generator."""
+
+    def __init__(self, members: Sequence[GraphVectorEnv]) -> None:
+        self.members = members
+
+    def uniform(self, shape, low, high, dtype):
+        import tensorflow as tf
+
+        own = tuple(shape[:-1]) + (self.members[0].num_envs,)
+        return tf.concat([env._tf.rng.uniform(own, low, high, dtype) for env in self.members], axis=-1)
 
 
 def member_envs(members: Sequence[gym.vector.VectorEnv]) -> gym.vector.VectorEnv:

@@ -105,6 +105,8 @@ class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
             A2C, VPG); off-policy agents (DQN, DQfD, DDPG, TD3, SAC, NAF) compute in bfloat16 only.
         seeds: train a population (rlexp.agents.base.population): a count (members seeded `seed`, `seed` + 1, ...)
             or the members' seeds; `envs` then holds each member's envs (rlexp.envs.make_member_envs).
+        member_values: a population's hyperparameters that differ between members, name -> one value per member
+            (the class's `member_keys`: e.g. {"lr": [3e-4, 1e-3]}).
     Dict and Tuple observations are flattened (gymnasium's FlattenObservation); the model splits them again.
     """
 
@@ -114,6 +116,7 @@ class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
     float16_support = False  # float16 compute needs loss scaling (on-policy `minimize`); bfloat16 does not
     auto_bfloat16 = False  # run.mixed_precision=auto may pick bfloat16 for vector models (see build.resolve_precision)
     off_policy = False
+    member_keys: tuple[str, ...] = ()  # hyperparameters a population's members may differ in (run.members)
     default_models = {"image": "nature_cnn", "vector": "mlp"}  # what model=auto builds
     lr_schedules: tuple[str, ...] = ("constant", "linear")
 
@@ -127,7 +130,8 @@ class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
                  display_precision: int = 2, quiet: bool = False, clip_rewards: bool = False,
                  normalize_obs: bool = False, normalize_reward: bool = False,
                  bootstrap_truncation: bool = True, jit_compile: bool | str = "auto",
-                 mixed_precision: bool | str = False, seeds: int | Sequence[int] | None = None) -> None:
+                 mixed_precision: bool | str = False, seeds: int | Sequence[int] | None = None,
+                 member_values: Mapping[str, Sequence[float]] | None = None) -> None:
         autoreset = getattr(envs, "metadata", {}).get("autoreset_mode", gym.vector.AutoresetMode.SAME_STEP)
         if autoreset != gym.vector.AutoresetMode.SAME_STEP:
             raise UserError(f"rlexp needs vector envs that reset in the step an episode ends: build them with "
@@ -251,6 +255,10 @@ class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
         self._obs = self._reset_envs(seed if self.members is None else self.members.seeds)
         with dtype_policy(self.precision):
             self.build()
+        if member_values:
+            if self.members is None:
+                raise UserError("run.members: members' own values need a population; set run.seeds too")
+            self.apply_member_values(member_values)
 
     # ----- to implement in algorithms -------------------------------------------------------------
     def build(self) -> None:

@@ -56,6 +56,7 @@ class Members:
         self.count = len(self.seeds)
         self.envs = int(envs_per_member)
         self.active = tf.Variable(tf.ones([self.count]), trainable=False, name="members_active")
+        self.lr_scale: tf.Tensor | None = None  # members' learning rates over the optimizer's (run.members.lr)
 
     @no_autograph
     def blocks(self, x: tf.Tensor) -> tf.Tensor:
@@ -107,6 +108,14 @@ class Members:
         norms = tf.sqrt(squares)
         scale = clip_norm * tf.minimum(1.0 / norms, 1.0 / clip_norm)  # tf.clip_by_global_norm's formula
         return [g * tf.reshape(scale, [self.count] + [1] * (g.shape.rank - 1)) for g in grads]
+
+    @no_autograph
+    def scale_steps(self, variables: list[tf.Variable], before: list[tf.Tensor]) -> None:
+        """Each member's step since `before` scaled by its `lr_scale`: its own learning rate (the optimizers'
+        steps are linear in the rate)."""
+        for variable, old in zip(variables, before):
+            scale = tf.reshape(self.lr_scale, [self.count] + [1] * (variable.shape.rank - 1))
+            variable.assign(old + scale * (variable - old))
 
     @no_autograph
     def keep_stopped(self, variables: list[tf.Variable], before: list[tf.Tensor]) -> None:

@@ -24,6 +24,8 @@ from rlexp.runs.history import History
 log = logging.getLogger("rlexp")
 
 SUPPORTED = "PPO and A2C with dense models on vector observations (float32, no obs/reward normalisation, no gSDE)"
+MEMBER_RANGES = {"lr": (0.0, 1.0, False), "gamma": (0.0, 1.0, False), "lam": (0.0, 1.0, True),
+                 "clip_norm": (0.0, math.inf, False)}  # (low, high, low included); others: >= 0
 
 
 def member_seeds(seed: int | None, seeds: int | Sequence[int]) -> list[int]:
@@ -146,6 +148,52 @@ class PopulationLoop:
         mean, var = tf.nn.moments(x, axes=[0])
         return (x - mean) / (tf.sqrt(var) + epsilon)
 
+    def per_row(self, value, rows):
+        """A hyperparameter for each row of `rows`: a per-member value ([N] tensor) repeated for its members' rows;
+        a value all share as it is."""
+        if self.members is None or len(getattr(value, "shape", ())) == 0:
+            return value
+        return self.member_rows(value, rows)
+
+    def apply_member_values(self, values: Mapping[str, Sequence[float]]) -> None:
+        """Hyperparameters that differ between members (`member_keys`): learning rate, discount and GAE lambda per
+        env column, loss coefficients per member, PPO's clip range per row."""
+        import tensorflow as tf
+
+        self.member_values = {}
+        for key, listed in (values or {}).items():
+            if key not in self.member_keys:
+                raise UserError(f"run.members.{key}: members of {type(self).__name__} may differ only in "
+                                f"{', '.join(self.member_keys)} (values that change no shapes)")
+            if not isinstance(listed, (list, tuple)) or len(listed) != self.members.count:
+                raise UserError(f"run.members.{key}={listed!r} must list one value per member "
+                                f"({self.members.count}: one per seed of run.seeds)")
+            numbers = []
+            for value in listed:
+                if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+                    raise UserError(f"run.members.{key}={list(listed)}: {value!r} is not a finite number")
+                numbers.append(float(value))
+            low, high, closed = MEMBER_RANGES.get(key, (0.0, math.inf, True))
+            for value in numbers:
+                if not (low < value <= high if not closed else low <= value <= high):
+                    raise UserError(f"run.members.{key}={numbers}: {value} is outside "
+                                    f"{'[' if closed else '('}{low:g}, {high:g}]")
+            if key == "clip_norm" and getattr(self, "clip_schedule", "constant") != "constant":
+                raise UserError("run.members.clip_norm: members' clip ranges stay constant; drop "
+                                "agent.clip_schedule=linear or the members' clip_norm")
+            if key == "lr" and self.opt_momentum > 0:
+                raise UserError("run.members.lr: members' learning rates scale each optimizer step, which RMSprop's "
+                                "momentum carries over; use agent.opt_momentum=0")
+            array = np.asarray(numbers, np.float32)
+            self.member_values[key] = numbers
+            if key == "lr":
+                self.lr = float(array.max())  # the schedules' base; each member's steps scaled to its own rate
+                self.members.lr_scale = tf.constant(array / array.max())
+            elif key in ("gamma", "lam"):  # per env column
+                setattr(self, key, tf.constant(np.repeat(array, self.members.envs)))
+            else:  # per member
+                setattr(self, key, tf.constant(array))
+
     def metric_zero(self):
         """A zero shaped as one loss term: a scalar, or one per member."""
         import tensorflow as tf
@@ -211,7 +259,9 @@ class PopulationLoop:
         config = dict(getattr(self, "config", {}) or {})
         if config:
             config["seed"] = self.members.seeds[member]
-            config["run"] = dict(config.get("run") or {}) | {"seeds": None}  # resumed on its own: a single run
+            config["run"] = dict(config.get("run") or {}) | {"seeds": None, "members": None}  # resumed alone: a run
+            config["agent"] = dict(config.get("agent") or {}) | {
+                key: values[member] for key, values in getattr(self, "member_values", {}).items()}
         return config
 
     def load_member(self, member: int, path: str | Path) -> dict[str, Any]:

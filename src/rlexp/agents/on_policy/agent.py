@@ -180,7 +180,13 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
             grads = self.members.clip_gradients(grads, grad_norm)
 
         def step_then_0():
-            self.optimizer.apply_gradients(zip(grads, variables))
+            if self.members.lr_scale is None:
+                self.optimizer.apply_gradients(zip(grads, variables))
+                return tf.constant(0)
+            before = [tf.identity(tf.convert_to_tensor(v)) for v in variables]
+            with tf.control_dependencies(before):
+                self.optimizer.apply_gradients(zip(grads, variables))
+            self.members.scale_steps(variables, before)
             return tf.constant(0)
 
         def masked_step_then_0():
@@ -188,6 +194,8 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
             before = [tf.identity(tf.convert_to_tensor(v)) for v in kept]
             with tf.control_dependencies(before):
                 self.optimizer.apply_gradients(zip(grads, variables))
+            if self.members.lr_scale is not None:
+                self.members.scale_steps(variables, before[:len(variables)])
             self.members.keep_stopped(kept, before)
             return tf.constant(0)
 
