@@ -1,6 +1,7 @@
 """Peer baseline: rejax (a JAX-compiled training loop, environment included) on rlexp's speed cases.
 
-Usage: <rejax-venv>/bin/python rejax_cases.py CASE [SEED]   (the virtualenv: `pip install rejax==0.1.3 "gymnax<1"
+Usage: <rejax-venv>/bin/python rejax_cases.py CASE [SEED] [--vmap N]   (--vmap: N keys in one `jax.vmap` call,
+benchmarks/population.py; the virtualenv: `pip install rejax==0.1.3 "gymnax<1"
 jax`; rejax 0.1.3 needs gymnax below 1.0). Prints one JSON line {case, seed, seconds, first_call_seconds, steps,
 eval_mean, eval_std, import_seconds}: `first_call_seconds` is the jitted training's first call (compilation and
 training), `seconds` a second call of the compiled function with the same seed (training only), and
@@ -49,10 +50,13 @@ def case(name: str) -> tuple[object, int]:
 
 def main() -> None:
     name = sys.argv[1]
-    seed = int(sys.argv[2]) if len(sys.argv) > 2 else 0
+    seed = int(sys.argv[2]) if len(sys.argv) > 2 and not sys.argv[2].startswith("--") else 0
+    members = int(sys.argv[sys.argv.index("--vmap") + 1]) if "--vmap" in sys.argv else None
     algo, steps = case(name)
     train = jax.jit(algo.train)
     key = jax.random.PRNGKey(seed)
+    if members is not None:  # N seeds in one compiled call (rejax's own way of training many)
+        train, key = jax.jit(jax.vmap(algo.train)), jax.random.split(key, members)
     imports = time.perf_counter() - START
     times = []
     for _ in range(2):
@@ -60,7 +64,7 @@ def main() -> None:
         _, evaluation = jax.block_until_ready(train(key))
         times.append(time.perf_counter() - start)
     lengths, returns = evaluation
-    returns = np.asarray(returns)[-1]
+    returns = np.asarray(returns)[..., -1, :]  # the last evaluation (of each key, with --vmap)
     print(json.dumps(dict(case=name, seed=seed, seconds=round(times[1], 3), first_call_seconds=round(times[0], 3),
                           steps=steps, eval_mean=round(float(returns.mean()), 2),
                           eval_std=round(float(returns.std()), 2), import_seconds=round(imports, 3))))

@@ -83,15 +83,57 @@ def test_a_stopped_member_keeps_its_weights_and_does_not_change_the_others_updat
     going = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
     stopped = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
     before = member(stopped, 1)
-    slots = [np.array(v)[1] for v in stopped.optimizer.variables if len(v.shape)]
+    slots = [v.numpy()[1] for v in stopped.optimizer.variables if len(v.shape)]
     stopped.members.active.assign([1.0, 0.0])
     going.fit_population(STEPS, verbose=0)
     stopped.fit_population(STEPS, verbose=0)
     assert all(np.array_equal(a, b) for a, b in zip(member(stopped, 1), before))
-    assert all(np.array_equal(a, np.array(v)[1]) for a, v in
+    assert all(np.array_equal(a, v.numpy()[1]) for a, v in
                zip(slots, [v for v in stopped.optimizer.variables if len(v.shape)]))
     assert all(np.array_equal(a, b) for a, b in zip(member(stopped, 0), member(going, 0)))
     assert not all(np.array_equal(a, b) for a, b in zip(member(going, 1), before))
+
+
+def test_members_with_one_seed_and_their_own_rates_step_as_single_members_with_those_rates():
+    """run.members: the same seed, two learning rates, discounts and clip ranges; each member takes the steps of a
+    population of one with its values (to rounding: a member's step is scaled to its rate after the optimizer's)."""
+    values = dict(lr=[1e-3, 3e-3], gamma=[0.99, 0.9], clip_norm=[0.1, 0.3], entropy_coef=[0.0, 0.01])
+    both = PPO(make_member_envs("CartPole-v1", 4, [0, 0], vectorization="sync"), seeds=[0, 0], member_values=values,
+               **PPO_ARGS | dict(lr=5e-4))
+    both.fit_population(STEPS, verbose=0)
+    start = PPO(make_member_envs("CartPole-v1", 4, [0], vectorization="sync"), seeds=[0], **PPO_ARGS)
+    for i in (0, 1):
+        own = {key: listed[i] for key, listed in values.items()}
+        alone = PPO(make_member_envs("CartPole-v1", 4, [0], vectorization="sync"), seeds=[0], **PPO_ARGS | own)
+        alone.fit_population(STEPS, verbose=0)
+        moved = max(np.abs(a[0] - b[0]).max() for a, b in zip(alone.model.get_weights(), start.model.get_weights()))
+        assert moved > 1e-3
+        for a, b in zip(member(both, i), member(alone, 0)):
+            np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
+    with pytest.raises(UserError, match=r"^run.members.lr=\[0.001\] must list one value per member \(2: one per"):
+        PPO(make_member_envs("CartPole-v1", 4, [0, 1], vectorization="sync"), seeds=[0, 1],
+            member_values=dict(lr=[1e-3]))
+    with pytest.raises(UserError, match=r"^run.members.n_steps: members of PPO may differ only in lr, gamma"):
+        PPO(make_member_envs("CartPole-v1", 4, [0, 1], vectorization="sync"), seeds=[0, 1],
+            member_values=dict(n_steps=[8, 16]))
+
+
+def test_a_population_resumes_every_member_from_its_own_checkpoint(tmp_path):
+    seeds = [0, 1]
+    dirs = [tmp_path / f"seed_{s}" for s in seeds]
+    first = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
+    first.fit_population(STEPS, run_dirs=dirs, verbose=0)
+    episodes = [len(pd.read_parquet(d / "history.parquet")) for d in dirs]
+    again = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
+    again.resume_population([d / "checkpoints" / "last.ckpt" for d in dirs])
+    assert again.steps == first.steps == STEPS
+    for i in (0, 1):
+        assert all(np.array_equal(a, b) for a, b in zip(member(again, i), member(first, i)))
+    summaries = again.fit_population(2 * STEPS, run_dirs=dirs, verbose=0)
+    for d, before, summary in zip(dirs, episodes, summaries):
+        history = pd.read_parquet(d / "history.parquet")
+        assert summary["steps"] == 2 * STEPS and len(history) == summary["episodes"] > before
+        assert PPO.read_state(d / "checkpoints" / "last.ckpt")["steps"] == 2 * STEPS
 
 
 def test_rows_are_member_major_and_minibatches_hold_each_members_own_rows():
@@ -163,6 +205,18 @@ def test_play_eval_plot_and_resume_take_a_member_as_any_run(trained_population):
         plotted.stdout + plotted.stderr)
     resumed = rlexp(cwd, f"+resume={run / 'seed_3'}", "run.max_steps=4000", "run.eval_episodes=2")
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stdout + resumed.stderr
+    assert json.loads((run / "seed_3" / "summary.json").read_text())["steps"] >= 4000
+
+
+def test_resume_on_a_population_dir_resumes_every_member(trained_population):
+    cwd, run, _ = trained_population
+    before = json.loads((run / "seed_5" / "summary.json").read_text())["steps"]
+    resumed = rlexp(cwd, f"+resume={run}", "run.max_steps=5000", "run.eval_episodes=2")
+    assert resumed.returncode == 0 and "resumed 2 members" in resumed.stdout, resumed.stdout + resumed.stderr
+    for seed in (3, 5):
+        summary = json.loads((run / f"seed_{seed}" / "summary.json").read_text())
+        assert summary["steps"] >= 5000 > before
+        assert len(pd.read_parquet(run / f"seed_{seed}" / "history.parquet")) == summary["episodes"]
 
 
 @pytest.mark.parametrize("args, message", [

@@ -22,7 +22,7 @@ from rlexp.commands.play import play_or_eval
 from rlexp.commands.plot import plot_runs
 from rlexp.commands.train import train
 from rlexp.errors import RunFailed, Started, TrialFailed, UserError
-from rlexp.runs.dirs import in_sweep
+from rlexp.runs.dirs import absolute, in_sweep
 from rlexp.runtime.quiet import quiet_libraries, skip_keras_extras
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # before TensorFlow is imported (lazily, in the task)
@@ -33,7 +33,11 @@ log = logging.getLogger("rlexp")
 def train_or_population(cfg: DictConfig) -> float:
     """mode=train: one run, or with run.seeds a population (rlexp.commands.population)."""
     run = cfg.get("run", {})
-    if run.get("seeds") is not None or run.get("members") is not None:
+    from rlexp.commands.population import is_population_dir
+
+    resume = cfg.get("resume")
+    if run.get("seeds") is not None or run.get("members") is not None or (
+            resume and is_population_dir(absolute(str(resume)))):
         from rlexp.commands.population import train_population
 
         return train_population(cfg)

@@ -52,9 +52,63 @@ def members_of(cfg: DictConfig) -> tuple[list[int], dict[str, list]]:
     return member_seeds(cfg.get("seed"), seeds), values
 
 
-def member_dir_name(seed: int, values: dict[str, float], seeds: list[int]) -> str:
-    """seed_<s>, with the member's own values where members have them."""
-    return f"seed_{seed}" + "".join(f"_{key}_{value:g}" for key, value in values.items())
+def member_dirs_and_configs(cfg: DictConfig, run_dir: Path, seeds: list[int],
+                            values: dict[str, list]) -> tuple[list[Path], list[DictConfig]]:
+    """The members' run dirs, seed_<s> with the member's own values where members have them (member_<i>_... where
+    members are alike), and their run configs."""
+    own = [{key: float(listed[i]) for key, listed in values.items()} for i in range(len(seeds))]
+    names = [f"seed_{seed}" + "".join(f"_{key}_{value:g}" for key, value in mine.items())
+             for seed, mine in zip(seeds, own)]
+    if len(set(names)) < len(names):
+        names = [f"member_{i}_{name}" for i, name in enumerate(names)]
+    return [run_dir / name for name in names], [member_config(cfg, seed, mine) for seed, mine in zip(seeds, own)]
+
+
+def is_population_dir(path: Path) -> bool:
+    """Whether a run dir is a population's (its config has run.seeds or run.members)."""
+    config = path / ".hydra" / "config.yaml"
+    if not config.is_file():
+        return False
+    run = OmegaConf.load(config).get("run") or {}
+    return run.get("seeds") is not None or run.get("members") is not None
+
+
+def resume_population(cfg: DictConfig) -> float:
+    """+resume=<a population's run dir>: every member from its last checkpoint (or, where none of them wrote one
+    yet, the population again from step 0), with this command's run.* settings."""
+    from rlexp.runs.checkpoints import resume_checkpoint
+    from rlexp.runs.dirs import absolute, check_resume_overrides
+
+    key = f"+resume={cfg.resume}"
+    run_dir = absolute(str(cfg.resume))
+    stored = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
+    check_resume_overrides(cfg, stored)
+    with open_dict(stored):
+        stored.run = OmegaConf.merge(stored.run, {k: v for k, v in cfg.run.items() if k not in ("seeds", "members")})
+    lock = RunLock(run_dir).acquire(key)
+    try:
+        setup_tensorflow(stored)
+        checked = check_config(stored)
+        seeds, values = members_of(stored)
+        member_dirs, configs = member_dirs_and_configs(stored, run_dir, seeds, values)
+        checkpoints = [resume_checkpoint(d, key) for d in member_dirs]
+        agent = build_agent(stored, checked=checked, seeds=seeds, member_values=values)
+        startup_done()
+        from rlexp.runs.logs import attach_run_log, detach_run_log
+
+        handler = attach_run_log(run_dir)
+        try:
+            if all(c is not None for c in checkpoints):
+                agent.resume_population(checkpoints)
+                log.info(f"resumed {len(seeds)} members of {run_dir} at step {agent.steps:,}")
+            else:
+                log.info(f"{run_dir}: not every member has a checkpoint yet: training the population again from "
+                         "step 0")
+            return _train(agent, stored, seeds, member_dirs, configs, checked)
+        finally:
+            detach_run_log(handler)
+    finally:
+        lock.release()
 
 
 def train_population(cfg: DictConfig) -> float:
@@ -64,10 +118,11 @@ def train_population(cfg: DictConfig) -> float:
     from rlexp.presets.fallbacks import apply_fallback
     from rlexp.runs.logs import attach_run_log, detach_run_log
 
-    for key in ("resume", "init_from"):
-        if cfg.get(key):
-            raise UserError(f"run.seeds with +{key}: a population starts new runs; +{key} takes one run dir "
-                            f"(a member's, <run dir>/seed_<s>), without run.seeds")
+    if cfg.get("init_from"):
+        raise UserError("run.seeds with +init_from: a population starts from its members' own initial weights; "
+                        "+init_from takes one run, without run.seeds")
+    if cfg.get("resume"):
+        return resume_population(cfg)
     if in_sweep():
         raise UserError("run.seeds in a sweep: use hydra.sweeper.seeds_per_trial (the sweeper's own seeds)")
     seeds, values = members_of(cfg)
@@ -90,12 +145,7 @@ def train_population(cfg: DictConfig) -> float:
         if preset_line:
             log.info(preset_line)
         startup_done()
-        own = [{key: float(listed[i]) for key, listed in values.items()} for i in range(len(seeds))]
-        names = [member_dir_name(seed, mine, seeds) for seed, mine in zip(seeds, own)]
-        if len(set(names)) < len(names):  # members alike in seed and values: told apart by their place
-            names = [f"member_{i}_{name}" for i, name in enumerate(names)]
-        member_dirs = [run_dir / name for name in names]
-        configs = [member_config(cfg, seed, mine) for seed, mine in zip(seeds, own)]
+        member_dirs, configs = member_dirs_and_configs(cfg, run_dir, seeds, values)
         for member_dir, member in zip(member_dirs, configs):
             member_dir.mkdir()
             write_run_config(member_dir, member)
@@ -142,7 +192,7 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
     log.info(f"done: {len(seeds)} members, {steps:,} steps in {seconds:.1f} s ({steps / max(seconds, 1e-9):,.0f} "
              f"steps/s) | run dirs: {member_dirs[0].parent}/{member_dirs[0].name.split('_')[0]}_*")
     log.info(f"next: python -m rlexp mode=plot '+runs={member_dirs[0].parent}/{member_dirs[0].name.split('_')[0]}_*' | python -m rlexp mode=play "
-             f"+checkpoint={member_dirs[0]} | python -m rlexp +resume={member_dirs[0]}")
+             f"+checkpoint={member_dirs[0]} | python -m rlexp +resume={member_dirs[0].parent} (every member)")
     if interrupted:
         raise SystemExit(128 + int(interrupted))
     finite = [m for m in means if m == m]

@@ -78,6 +78,6 @@ def member_weights(stacked: keras.Model, member: int) -> list[np.ndarray]:
 def set_member_weights(stacked: keras.Model, member: int, weights: Sequence[np.ndarray]) -> None:
     """Write a single model's weights into member `member`'s slices."""
     for variable, value in zip(stacked.weights, weights):
-        full = np.array(variable)
+        full = np.array(variable.numpy())
         full[member] = value
         variable.assign(full)

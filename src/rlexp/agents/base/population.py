@@ -238,7 +238,7 @@ class PopulationLoop:
         if full:
             for name, opt in self.optimizers().items():
                 for i, v in enumerate(opt.variables):
-                    arrays[f"opt/{name}/{i}"] = self._slice(v, member)
+                    arrays[f"opt/{name}/{i}"] = self._slice(v.numpy(), member)
             arrays["tf_rng"] = self.tf_rng.generators[member].state.numpy()
             for k, v in record.history.rows.items():
                 arrays[f"history/{k}"] = np.asarray(v)
@@ -274,7 +274,7 @@ class PopulationLoop:
         data = read_arrays(path)
 
         def put(variable, value) -> None:
-            full = np.array(variable)
+            full = np.array(variable.numpy())
             if full.ndim:
                 full[member] = value
             else:
@@ -288,7 +288,7 @@ class PopulationLoop:
             put(var, data[f"var/{name}"])
         for name, opt in self.optimizers().items():
             for i, v in enumerate(opt.variables):
-                if np.ndim(v):
+                if len(v.shape):
                     put(v, data[f"opt/{name}/{i}"])
                 elif member == 0:
                     v.assign(data[f"opt/{name}/{i}"])
@@ -298,7 +298,8 @@ class PopulationLoop:
         record.train_time, record.best_reward = float(state["train_time"]), float(state["best_reward"])
         record.rewards.clear()
         record.rewards.extend(state["rewards"])
-        record.reason = (state.get("population") or {}).get("reason")
+        reason = (state.get("population") or {}).get("reason")  # stopped for good, or to go on
+        record.reason = reason if reason == "target_reward" or str(reason).startswith("diverged") else None
         rows = {k[8:]: data[k].tolist() for k in data if k.startswith("history/")}
         if rows:
             record.history.replace(rows)
