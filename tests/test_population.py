@@ -136,6 +136,33 @@ def test_a_population_resumes_every_member_from_its_own_checkpoint(tmp_path):
         assert PPO.read_state(d / "checkpoints" / "last.ckpt")["steps"] == 2 * STEPS
 
 
+class Killed(BaseException):
+    """A crash inside the loop: nothing after it runs (no final checkpoint), as with kill -9."""
+
+
+def test_a_population_killed_in_its_third_iteration_resumes_every_member_from_the_first(tmp_path):
+    seeds = [0, 1]
+    dirs = [tmp_path / f"seed_{s}" for s in seeds]
+    agent = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
+    train, steps = agent.train_iteration, []
+
+    def crash_in_the_third():
+        if len(steps) == 2:
+            raise Killed
+        metrics = train()
+        steps.append(agent.steps)
+        return metrics
+
+    agent.train_iteration = crash_in_the_third
+    with pytest.raises(Killed):
+        agent.fit_population(10_000, run_dirs=dirs, checkpoint_interval=3600, verbose=0)
+    again = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
+    again.resume_population([d / "checkpoints" / "last.ckpt" for d in dirs])
+    assert again.steps == steps[0] > 0
+    summaries = again.fit_population(steps[0] + STEPS, run_dirs=dirs, verbose=0)
+    assert [s["steps"] for s in summaries] == [steps[0] + STEPS] * 2
+
+
 def test_rows_are_member_major_and_minibatches_hold_each_members_own_rows():
     members = Members([0, 1], 2)
     x = tf.reshape(tf.range(3 * 4), [3, 4])  # [T=3, N*E=4]: value 4t + column
@@ -191,6 +218,7 @@ def test_each_member_writes_an_ordinary_run_dir_with_its_own_seed(trained_popula
         assert summary["steps"] >= 3000 and summary["final_eval"]["episodes"] == 2
         history = pd.read_parquet(member_dir / "history.parquet")
         assert len(history) == summary["episodes"] > 0
+        assert list((member_dir / "tb").glob("events.out.tfevents.*"))
         state = PPO.read_state(member_dir / "checkpoints" / "last.ckpt")
         assert state["config"]["seed"] == seed and state["steps"] == summary["steps"]
     assert "a population of 2 members (seeds 3, 5)" in result.stdout
@@ -222,6 +250,8 @@ def test_resume_on_a_population_dir_resumes_every_member(trained_population):
 @pytest.mark.parametrize("args, message", [
     (["run.seeds=0"], "run.seeds=0 must be at least 1"),
     (["agent=dqn", "run.seeds=2"], "run.seeds: DQN does not train as a population yet; populations train PPO and A2C"),
+    (["run.seeds=2", "run.eval_interval=1000"], "run.eval_interval with run.seeds: a population evaluates its members"),
+    (["run.members={lr:[0.001,0.002]}", "run.seeds=3"], "run.members.lr=[0.001, 0.002] must list one value per member"),
 ])
 def test_a_refused_population_says_so_in_one_line_and_leaves_no_run_dir(tmp_path, args, message):
     result = rlexp(tmp_path, "env=cartpole", *args)

@@ -64,6 +64,16 @@ def member_dirs_and_configs(cfg: DictConfig, run_dir: Path, seeds: list[int],
     return [run_dir / name for name in names], [member_config(cfg, seed, mine) for seed, mine in zip(seeds, own)]
 
 
+def check_population_settings(cfg: DictConfig) -> None:
+    """What a population's runs cannot do yet, refused in one line before anything is made."""
+    if int(cfg.run.get("eval_interval") or 0) > 0:
+        raise UserError("run.eval_interval with run.seeds: a population evaluates its members at the end only; "
+                        "set run.eval_interval=0, or train the seeds as single runs")
+    if (cfg.get("logger") or {}).get("name") == "wandb":
+        raise UserError("logger=wandb with run.seeds: a population's members write TensorBoard only (<member dir>/tb); "
+                        "drop logger=wandb, or train the seeds as single runs")
+
+
 def is_population_dir(path: Path) -> bool:
     """Whether a run dir is a population's (its config has run.seeds or run.members)."""
     config = path / ".hydra" / "config.yaml"
@@ -85,6 +95,7 @@ def resume_population(cfg: DictConfig) -> float:
     check_resume_overrides(cfg, stored)
     with open_dict(stored):
         stored.run = OmegaConf.merge(stored.run, {k: v for k, v in cfg.run.items() if k not in ("seeds", "members")})
+    check_population_settings(stored)
     lock = RunLock(run_dir).acquire(key)
     try:
         setup_tensorflow(stored)
@@ -125,6 +136,7 @@ def train_population(cfg: DictConfig) -> float:
         return resume_population(cfg)
     if in_sweep():
         raise UserError("run.seeds in a sweep: use hydra.sweeper.seeds_per_trial (the sweeper's own seeds)")
+    check_population_settings(cfg)
     seeds, values = members_of(cfg)
     check_presets(cfg, choices())
     cfg, preset_line = apply_fallback(cfg, choices(), task_overrides())
@@ -167,10 +179,21 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
     precision = int(cfg.agent.display_precision)
     log.info(f"training {type(agent).__name__} on {cfg.env.id}: a population of {len(seeds)} members (seeds "
              f"{', '.join(map(str, seeds))}) in one process -> {member_dirs[0].parent}/{member_dirs[0].name.split('_')[0]}_*")
-    summaries = agent.fit_population(cfg.run.max_steps, cfg.run.target_reward, run_dirs=member_dirs,
-                                     checkpoint_interval=float(cfg.run.checkpoint_interval),
-                                     history_interval=float(cfg.run.history_interval),
-                                     config=run_config(cfg), verbose=0 if cfg.agent.get("quiet") else 1)
+    from rlexp.runs.tracking import TensorBoard
+
+    records = agent.member_records()
+    trackers = [TensorBoard(d / "tb", resume=(r.history.rows, r.steps) if r.steps else None)
+                for d, r in zip(member_dirs, records)]
+    failed = True
+    try:
+        summaries = agent.fit_population(cfg.run.max_steps, cfg.run.target_reward, run_dirs=member_dirs,
+                                         checkpoint_interval=float(cfg.run.checkpoint_interval),
+                                         history_interval=float(cfg.run.history_interval), config=run_config(cfg),
+                                         trackers=trackers, verbose=0 if cfg.agent.get("quiet") else 1)
+        failed = False
+    finally:
+        for tracker in trackers:
+            tracker.close(failed)
     agent.envs.close()
     means = []
     interrupted = agent.stop_signal

@@ -106,6 +106,7 @@ class MemberRecord:
     train_time: float = 0.0
     reason: str | None = None  # why it stopped (None: training)
     best_pending: bool = False
+    tracker: Any = None  # its TensorBoard (rlexp.runs.tracking)
 
     def __post_init__(self) -> None:
         self.rewards = collections.deque(maxlen=self.window)
@@ -333,8 +334,15 @@ class PopulationLoop:
                 record.best_reward = mean
                 improved.append(member)
             record.history.append(record.episodes, step, elapsed, ret, mean, record.best_reward)
+            if record.tracker is not None:
+                record.tracker.scalars(step, {"episode/return": ret, "episode/mean_return": mean})
         self._finished.clear()
         return improved
+
+    def member_lr_scale(self, member: int) -> float:
+        """A member's learning rate over the optimizer's (run.members.lr; else 1)."""
+        scale = self.members.lr_scale
+        return 1.0 if scale is None else float(scale.numpy()[member])
 
     def _stop_member(self, member: int, reason: str) -> None:
         record = self.member_records()[member]
@@ -362,8 +370,8 @@ class PopulationLoop:
         records = self.member_records()
         dirs = [Path(d) for d in run_dirs] if run_dirs else [None] * len(records)
         trackers = list(trackers) if trackers else [None] * len(records)
-        for record, run_dir in zip(records, dirs):
-            record.run_dir = run_dir
+        for record, run_dir, tracker in zip(records, dirs, trackers):
+            record.run_dir, record.tracker = run_dir, tracker
             if run_dir is not None:
                 record.history.path = run_dir / "history.parquet"
         start_steps, session_start, base_times = self.steps, time.perf_counter(), [r.train_time for r in records]
@@ -392,9 +400,9 @@ class PopulationLoop:
                     elif (target_reward is not None and len(records[i].rewards) >= self.reward_buffer_size
                           and records[i].mean_reward >= float(target_reward)):
                         self._stop_member(i, "target_reward")
-                    if trackers[i] is not None:
-                        trackers[i].scalars(self.steps, {f"train/{k}": member_value(v, i)
-                                                         for k, v in metrics.items()})
+                    if trackers[i] is not None and metrics:
+                        trackers[i].scalars(self.steps, {f"train/{k}": member_value(v, i) for k, v in metrics.items()}
+                                            | {"train/learning_rate": self.current_lr() * self.member_lr_scale(i)})
                 if verbose and iterations % 10 == 1:
                     means = " ".join(f"{r.mean_reward:.1f}" if r.rewards else "-" for r in records)
                     log.info(f"step {self.steps:,}/{self.max_steps:,}: members' mean rewards {means}")
@@ -410,9 +418,14 @@ class PopulationLoop:
                 if iterations == 1 or now - last_checkpoint >= wait:
                     wait = checkpoint_wait(checkpoint_interval, time.perf_counter() - now)
                     last_checkpoint = last_flush = now
+                    for tracker in trackers:
+                        if tracker is not None:
+                            tracker.flush()
                 elif now - last_flush >= history_interval:
-                    for record in records:
+                    for record, tracker in zip(records, trackers):
                         record.history.flush()
+                        if tracker is not None:
+                            tracker.flush()
                     last_flush = now
         summaries = []
         for i, record in enumerate(records):
