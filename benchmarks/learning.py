@@ -6,6 +6,8 @@ Usage: python benchmarks/learning.py [CASE ...] [--seeds 0 1 2]   (CASE names: s
        python benchmarks/learning.py --from-log CASE SEED LOG COMMIT   (record a run started by hand, resumed
        or not: a resumed run's train seconds are its whole training time, from its last checkpoint)
        python benchmarks/learning.py --rewrite   (learning.md again from learning.json)
+       python benchmarks/learning.py CASE --seeds 0 1 2 --population   (the seeds as one population, run.seeds:
+       rows `CASE@population<N>`, one per member, beside the single runs' rows)
 Each run goes through `python -m rlexp` (run dirs under benchmarks/runs/); prints a Markdown table and
 merges its rows into benchmarks/results/learning.json (a rerun of a case and seed replaces its row; each row
 keeps its date and commit), from which benchmarks/results/learning.md is written.
@@ -196,6 +198,43 @@ def run(case: str, seed: int) -> dict:
     return parse(case, seed, out.stdout) | dict(wall_s=round(wall, 1))
 
 
+MEMBER = re.compile(r"member \d+ seed (\d+) \((\w+)\): ([\d,]+) steps, eval (-?[\d.]+) ± ([\d.]+) over \d+ "
+                    r"(stochastic )?episodes \| (\S+)")
+POPULATION_DONE = re.compile(r"done: (\d+) members, ([\d,]+) steps in ([\d.]+) s")
+
+
+def run_population(case: str, seeds: list[int]) -> list[dict]:
+    """The seeds as one population (run.seeds): one row per member, case `<case>@population<N>`; train s is the
+    population's (its slowest member's training time: the members train together)."""
+    args, threshold = CASES[case]
+    cwd = Path(__file__).parent / "runs"
+    cwd.mkdir(exist_ok=True)
+    name = f"{case}@population{len(seeds)}"
+    out = subprocess.run([sys.executable, "-m", "rlexp", *args, f"run.seeds=[{','.join(map(str, seeds))}]",
+                          "run.progress=none"], cwd=cwd, capture_output=True, text=True)
+    done = POPULATION_DONE.search(out.stdout)
+    if out.returncode or not done:
+        return [dict(case=name, seed=seed, error=(out.stderr or out.stdout)[-300:]) for seed in seeds]
+    seconds = float(done.group(3))
+    rows = []
+    for seed, reason, steps, mean, std, stochastic, run_dir in MEMBER.findall(out.stdout):
+        steps = int(steps.replace(",", ""))
+        plot = Path(run_dir) / "history.png"
+        if plot.exists():
+            shutil.copy(plot, Path(__file__).parent / "plots" / f"{name}_seed{seed}.png")
+        rows.append(dict(case=name, seed=int(seed), steps=steps, train_s=round(seconds, 1),
+                         steps_per_s=round(steps / seconds), precision="float32", eval_mean=float(mean),
+                         eval_std=float(std), policy="stochastic" if stochastic else "deterministic",
+                         passed=float(mean) >= threshold, threshold=threshold, run_dir=run_dir))
+    return rows
+
+
+def case_order(case: str) -> int:
+    """Where a case's rows go: after their single runs for a population's."""
+    base = case.split("@")[0]
+    return list(CASES).index(base) if base in CASES else len(CASES)
+
+
 def parse(case: str, seed: int, stdout: str) -> dict:
     """A result row from a run's console output (its summary line), its curve copied next to the results."""
     _, threshold = CASES[case]
@@ -266,7 +305,7 @@ def record(rows: list[dict]) -> None:
     kept = json.loads(store.read_text()) if store.exists() else []
     new = {(r["case"], r["seed"]) for r in rows}
     merged = [r for r in kept if (r["case"], r["seed"]) not in new] + rows
-    merged.sort(key=lambda r: (list(CASES).index(r["case"]) if r["case"] in CASES else len(CASES), r["case"], r["seed"]))
+    merged.sort(key=lambda r: (case_order(r["case"]), r["case"], r["seed"]))
     RESULTS.mkdir(exist_ok=True)
     store.write_text(json.dumps(merged, indent=1) + "\n")
     summary = []
@@ -287,7 +326,9 @@ def record(rows: list[dict]) -> None:
             "`model.initializer=torch` (PyTorch's default init: RL Zoo's DQN, DDPG, TD3 and SAC rows, and rows "
             "that turn ortho_init off) started each layer's bias as a copy of its kernel's first row; since then "
             "the two are drawn apart, as PyTorch draws them. Those rows are re-measured as their cases are run "
-            "again; the date and commit columns tell them apart (a3c8d8b: 2026-11-28 20:03 UTC).\n\n"
+            "again; the date and commit columns tell them apart (a3c8d8b: 2026-11-28 20:03 UTC). Rows of "
+            "`<case>@population<N>` are the members of one population of N seeds (`run.seeds=[...]`, `--population`), "
+            "beside the case's single runs; their train seconds are the population's, all members together.\n\n"
             + "\n".join(summary) + "\n\n"
             + (("\n\n## RL Zoo's rows on pairs without an rlexp preset\n\n" + "\n".join(zoo) + "\n") if zoo else "")
             + (("\n\n## bfloat16 against float32, same seeds\n\n" + "\n".join(parity) + "\n\n") if parity else "\n\n")
@@ -348,6 +389,7 @@ def main() -> None:
     parser.add_argument("--seeds", nargs="+", type=int, default=[0, 1, 2])
     parser.add_argument("--table", nargs="+", metavar="LOG", help="only print the table of earlier runs' JSON lines")
     parser.add_argument("--rewrite", action="store_true", help="only rewrite learning.md from learning.json")
+    parser.add_argument("--population", action="store_true", help="train the seeds as one population (run.seeds)")
     parser.add_argument("--rescore", nargs=2, metavar=("CASE", "SEED"),
                         help="evaluate a recorded row's final weights again (its run dir must still exist)")
     parser.add_argument("--from-log", nargs=4, metavar=("CASE", "SEED", "LOG", "COMMIT"),
@@ -376,6 +418,15 @@ def main() -> None:
         latest = {(r["case"], r["seed"]): r for r in rows if "error" not in r}  # a rerun replaces an errored run
         return print_table(sorted(latest.values(), key=lambda r: (list(CASES).index(r["case"]), r["seed"])))
     rows = []
+    if opts.population:
+        for case in opts.cases:
+            members = [r | dict(date=now(), commit=commit(), machine=machine().split(",")[0])
+                       for r in run_population(case, opts.seeds)]
+            for row in members:
+                print(json.dumps(row), flush=True)
+            rows += members
+            record([r for r in rows if "error" not in r])
+        return print_table(rows)
     for case in opts.cases:
         for seed in opts.seeds:
             row = run(case, seed) | dict(date=now(), commit=commit(), machine=machine().split(",")[0])

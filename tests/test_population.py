@@ -10,6 +10,7 @@ import tensorflow as tf
 from rlexp.agents.a2c import A2C
 from rlexp.agents.base.members import Members
 from rlexp.agents.ppo import PPO
+from rlexp.agents.trpo import TRPO
 from rlexp.envs import make_envs, make_member_envs
 from rlexp.errors import UserError
 from test_cli import rlexp
@@ -28,14 +29,20 @@ def member(agent, i):
     return [w[i] for w in agent.model.get_weights()]
 
 
-@pytest.mark.parametrize("cls, env_id", [(PPO, "CartPole-v1"), (PPO, "Pendulum-v1"), (A2C, "CartPole-v1")])
+@pytest.mark.parametrize("cls, env_id", [(PPO, "CartPole-v1"), (PPO, "Pendulum-v1"), (A2C, "CartPole-v1"),
+                                         (TRPO, "CartPole-v1"), (TRPO, "Pendulum-v1")])
 def test_a_member_is_unchanged_bit_for_bit_when_another_members_seed_and_data_change(cls, env_id):
-    args = {} if cls is PPO else dict(n_steps=5, mini_batches=None, ppo_epochs=None)
+    """TRPO: each member's conjugate gradient, step size and line search its own."""
+    args = {PPO: {}, A2C: dict(n_steps=5, mini_batches=None, ppo_epochs=None),
+            TRPO: dict(n_steps=16, ppo_epochs=None, grad_norm=None, lr=None)}[cls]
     args = {k: v for k, v in (PPO_ARGS | args).items() if v is not None}
     first, second = population([0, 1, 2], cls, env_id, **args), population([0, 7, 2], cls, env_id, **args)
-    for i in (0, 2):
-        assert all(np.array_equal(a, b) for a, b in zip(member(first, i), member(second, i)))
-    assert not all(np.array_equal(a, b) for a, b in zip(member(first, 1), member(second, 1)))
+    models = ("actor", "critic") if cls is TRPO else ("model",)
+    for name in models:
+        weights = getattr(first, name).get_weights(), getattr(second, name).get_weights()
+        for i in (0, 2):
+            assert all(np.array_equal(a[i], b[i]) for a, b in zip(*weights))
+        assert not all(np.array_equal(a[1], b[1]) for a, b in zip(*weights))
 
 
 def test_a_member_trains_as_in_a_population_of_another_size_to_float_rounding():
@@ -44,6 +51,22 @@ def test_a_member_trains_as_in_a_population_of_another_size_to_float_rounding():
     for a, b in zip(member(trio, 1), member(alone, 0)):
         np.testing.assert_allclose(a, b, rtol=0, atol=1e-6)
     assert np.array_equal(trio.log_std.numpy()[1], alone.log_std.numpy()[0]) if hasattr(trio, "log_std") else True
+
+
+def test_a_trpo_member_takes_its_single_runs_first_step_to_float_rounding():
+    """TRPO's first natural-gradient step, population of one against the single run of its seed; later steps drift
+    further apart than PPO's: float32 conjugate gradient amplifies rounding (a dot product summed in another order
+    alone moved a single run's third direction by 0.3%)."""
+    single = TRPO(make_envs("CartPole-v1", 4, 2, vectorization="sync"), seed=2, n_steps=64, quiet=True)
+    single.numpy_acting = False
+    alone = TRPO(make_member_envs("CartPole-v1", 4, [2], vectorization="sync"), seeds=[2], n_steps=64, quiet=True)
+    single.train_iteration()
+    metrics = alone.train_iteration()
+    assert metrics["step_accepted"].tolist() == [1.0]
+    for a, b in zip(single.actor.get_weights(), alone.actor.get_weights()):
+        np.testing.assert_allclose(a, b[0], rtol=0, atol=2e-5)
+    for a, b in zip(single.critic.get_weights(), alone.critic.get_weights()):
+        np.testing.assert_allclose(a, b[0], rtol=0, atol=1e-6)
 
 
 def test_a_population_of_one_starts_as_the_single_run_and_trains_as_it_does_to_float_rounding():
@@ -249,7 +272,7 @@ def test_resume_on_a_population_dir_resumes_every_member(trained_population):
 
 @pytest.mark.parametrize("args, message", [
     (["run.seeds=0"], "run.seeds=0 must be at least 1"),
-    (["agent=dqn", "run.seeds=2"], "run.seeds: DQN does not train as a population yet; populations train PPO and A2C"),
+    (["agent=dqn", "run.seeds=2"], "run.seeds: DQN does not train as a population yet; populations train PPO, A2C, VPG and TRPO"),
     (["run.seeds=2", "run.eval_interval=1000"], "run.eval_interval with run.seeds: a population evaluates its members"),
     (["run.members={lr:[0.001,0.002]}", "run.seeds=3"], "run.members.lr=[0.001, 0.002] must list one value per member"),
 ])

@@ -65,6 +65,8 @@ class TRPO(OnPolicyAgent):
     """
 
     action_spaces = ("discrete", "continuous")
+    population_support = True
+    member_keys = ("lr", "gamma", "lam", "entropy_coef")  # lr: the critic's
     xla_auto_with_sde = True  # RL Zoo's gSDE Pendulum row, 10 seeds: XLA loop -160.0, plain graph -157.8 (learning.md)
 
     def __init__(self, envs, model=None, buffer=None, *, n_steps: int = 512, lam: float = 1.0, max_kl: float = 1e-3,
@@ -126,7 +128,7 @@ class TRPO(OnPolicyAgent):
     @no_autograph
     def policy_kl(self, old: tuple[tf.Tensor, ...], new: tuple[tf.Tensor, ...]) -> tf.Tensor:
         """Mean KL(old || new) over the batch, as `max_kl` bounds it (`kl_reduction`)."""
-        kl = tf.reduce_mean(self.kl(old, new))
+        kl = self.row_mean(self.kl(old, new))  # a population's: each member's
         if self.kl_reduction == "mean" and self.action_kind == "continuous":
             kl /= float(self.n_actions)
         return kl
@@ -137,13 +139,19 @@ class TRPO(OnPolicyAgent):
         """(mean importance-weighted advantage + entropy bonus, policy outputs)."""
         out = self.actor_out(obs)
         log_probs, entropy = self.log_prob_entropy(out, actions)
-        gain = tf.reduce_mean(tf.exp(log_probs - old_log_probs) * advantages)
-        return gain + self.entropy_coef * tf.reduce_mean(entropy), out
+        gain = self.row_mean(tf.exp(log_probs - old_log_probs) * advantages)
+        return gain + self.entropy_coef * self.row_mean(entropy), out
 
     @no_autograph
     def fisher_vector_product(self, obs: tf.Tensor, old: tuple[tf.Tensor, ...], vector: tf.Tensor) -> tf.Tensor:
         """(F + cg_damping I) v, with F the Hessian of `policy_kl` at the current parameters."""
         variables = self.actor_variables()
+        if self.members is not None:  # each member's Hessian-vector product: the members' KLs summed
+            with tf.GradientTape() as outer:
+                with tf.GradientTape() as inner:
+                    kl = tf.reduce_sum(self.policy_kl(old, self.dist_params(self.actor_out(obs))))
+                grad_dot_v = tf.reduce_sum(self.members.dot(self.members.flat(inner.gradient(kl, variables)), vector))
+            return self.members.flat(outer.gradient(grad_dot_v, variables)) + self.cg_damping * vector
         with tf.GradientTape() as outer:
             with tf.GradientTape() as inner:
                 kl = self.policy_kl(old, self.dist_params(self.actor_out(obs)))
@@ -151,6 +159,8 @@ class TRPO(OnPolicyAgent):
         return flat_concat(outer.gradient(grad_dot_v, variables)) + self.cg_damping * vector
 
     def update_actor(self, obs, actions, old_log_probs, advantages) -> dict[str, tf.Tensor]:
+        if self.members is not None:
+            return self.update_members_actors(obs, actions, old_log_probs, advantages)
         variables = self.actor_variables()
         old = tuple(tf.stop_gradient(p) for p in self.dist_params(self.actor_out(obs)))
         with tf.GradientTape() as tape:
@@ -178,32 +188,75 @@ class TRPO(OnPolicyAgent):
             kl = tf.constant(0.0)
         return dict(surrogate=objective, kl=kl, step_accepted=tf.cast(accepted, tf.float32))
 
+    def update_members_actors(self, obs, actions, old_log_probs, advantages) -> dict[str, tf.Tensor]:
+        """`update_actor` for a population: each member's natural gradient, step and line search its own (a member
+        keeps the first step fraction it accepts while the others search on)."""
+        members, variables = self.members, self.actor_variables()
+        old = tuple(tf.stop_gradient(p) for p in self.dist_params(self.actor_out(obs)))
+        with tf.GradientTape() as tape:
+            objective, _ = self.surrogate(obs, actions, old_log_probs, advantages)
+            summed = tf.reduce_sum(objective)  # each member's gradient its own
+        gradient = members.flat(tape.gradient(summed, variables))
+        every = lambda x: members.unblock(members.blocks(x)[:, ::self.fvp_n_steps])  # noqa: E731  (each member's)
+        fvp_obs, fvp_old = every(obs), tuple(every(p) for p in old)
+        direction = members.conjugate_gradient(lambda v: self.fisher_vector_product(fvp_obs, fvp_old, v), gradient,
+                                               self.cg_iterations, self.cg_residual_tolerance)
+        shs = 0.5 * members.dot(direction, self.fisher_vector_product(fvp_obs, fvp_old, direction))
+        full_step = direction * tf.sqrt(self.max_kl / tf.maximum(shs, 1e-12))[:, None]
+        old_params = members.flat(variables)
+        accepted = tf.zeros([members.count], tf.bool)
+        kl, step_fraction = tf.zeros([members.count]), tf.ones([members.count])
+        for _ in tf.range(self.actor_iterations):
+            members.assign_flat(variables, old_params + step_fraction[:, None] * full_step)
+            new_objective, out = self.surrogate(obs, actions, old_log_probs, advantages)
+            new_kl = self.policy_kl(old, self.dist_params(out))
+            kl = tf.where(accepted, kl, new_kl)
+            accepted = accepted | ((new_kl <= self.max_kl) & (new_objective > objective))
+            if tf.reduce_all(accepted):
+                break
+            step_fraction = tf.where(accepted, step_fraction, step_fraction * self.line_search_shrink)
+        accepted &= members.active > 0  # a member that accepted none, or has stopped, keeps its weights
+        step_fraction = tf.where(accepted, step_fraction, 0.0)
+        members.assign_flat(variables, old_params + step_fraction[:, None] * full_step)
+        kl = tf.where(accepted, kl, 0.0)
+        return dict(surrogate=objective, kl=kl, step_accepted=tf.cast(accepted, tf.float32))
+
     def update_critic(self, obs, returns) -> tf.Tensor:
         size = self.n_steps * self.n_envs
         mb = size // self.mini_batches
         variables = self.critic.trainable_variables
-        total = tf.constant(0.0)
+        total = self.metric_zero()
         for _ in tf.range(self.critic_iterations):
-            order = tf.argsort(self.tf_rng.uniform([size]))
-            # the epoch's minibatches gathered at once (mini_batches divides the rollout): of a minibatch gathered
-            # inside the loop, XLA computed the first layer on the whole rollout
-            epoch_obs = tf.reshape(tf.gather(obs, order), [self.mini_batches, mb, *obs.shape[1:]])
-            epoch_returns = tf.reshape(tf.gather(returns, order), [self.mini_batches, mb])
+            draws = self.tf_rng.uniform([size])
+            if self.members is not None:  # each member's rows in its own order, its own minibatches
+                order = tf.argsort(self.members.blocks(draws), axis=-1)
+                epoch_obs = self.members.shuffle(obs, order, self.mini_batches)
+                epoch_returns = self.members.shuffle(returns, order, self.mini_batches)
+            else:
+                order = tf.argsort(draws)
+                # the epoch's minibatches gathered at once (mini_batches divides the rollout): of a minibatch
+                # gathered inside the loop, XLA computed the first layer on the whole rollout
+                epoch_obs = tf.reshape(tf.gather(obs, order), [self.mini_batches, mb, *obs.shape[1:]])
+                epoch_returns = tf.reshape(tf.gather(returns, order), [self.mini_batches, mb])
             for i in tf.range(self.mini_batches):
                 batch_obs, batch_returns = epoch_obs[i], epoch_returns[i]
                 with tf.GradientTape() as tape:
-                    loss = 0.5 * tf.reduce_mean(tf.square(batch_returns - self.value(batch_obs)))
-                self.critic_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+                    loss = 0.5 * self.row_mean(tf.square(batch_returns - self.value(batch_obs)))
+                    summed = tf.reduce_sum(loss)  # a population's members' losses: each gradient its own
+                if self.members is not None:
+                    self.members_minimize(tape.gradient(summed, variables), variables, None, self.critic_optimizer)
+                else:
+                    self.critic_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
                 total += loss
         return total / float(max(self.critic_iterations * self.mini_batches, 1))
 
     def update(self, batch: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         advantages, returns = compute_gae(batch["rewards"], batch["values"], batch["dones"], batch["last_values"],
                                           self.gamma, self.lam)
-        obs, actions = flatten_time(batch["obs"]), flatten_time(batch["actions"])
-        advantages, returns = flatten_time(advantages), flatten_time(returns)
-        mean, var = tf.nn.moments(advantages, axes=[0])
-        advantages = (advantages - mean) / (tf.sqrt(var) + self.advantage_epsilon)
-        metrics = self.update_actor(obs, actions, flatten_time(batch["log_probs"]), advantages)
+        rows = flatten_time if self.members is None else self.members.member_major  # a population's: member-major
+        obs, actions = rows(batch["obs"]), rows(batch["actions"])
+        advantages, returns = rows(advantages), rows(returns)
+        advantages = self.standardize_rows(advantages, self.advantage_epsilon)
+        metrics = self.update_actor(obs, actions, rows(batch["log_probs"]), advantages)
         metrics["value_loss"] = self.update_critic(obs, returns)
         return metrics

@@ -109,6 +109,44 @@ class Members:
         scale = clip_norm * tf.minimum(1.0 / norms, 1.0 / clip_norm)  # tf.clip_by_global_norm's formula
         return [g * tf.reshape(scale, [self.count] + [1] * (g.shape.rank - 1)) for g in grads]
 
+    # ----- flat parameter vectors, one per member (TRPO's natural gradient) --------------------------------
+    @no_autograph
+    def flat(self, tensors: list[tf.Tensor]) -> tf.Tensor:
+        """Each member's parameters (or gradients) as one vector: [N, P]."""
+        return tf.concat([tf.reshape(t, [self.count, -1]) for t in tensors], axis=1)
+
+    @no_autograph
+    def assign_flat(self, variables: list[tf.Variable], flat: tf.Tensor) -> None:
+        """Write [N, P] vectors back into the stacked variables."""
+        sizes = [int(v.shape.num_elements()) // self.count for v in variables]
+        for v, part in zip(variables, tf.split(flat, sizes, axis=1)):
+            v.assign(tf.reshape(part, v.shape))
+
+    @no_autograph
+    def dot(self, a: tf.Tensor, b: tf.Tensor) -> tf.Tensor:
+        """Each member's dot product of two [N, P] vectors: [N]."""
+        return tf.reduce_sum(a * b, axis=1)
+
+    def conjugate_gradient(self, matrix_vector, b: tf.Tensor, iterations: int, residual_tolerance: float) -> tf.Tensor:
+        """Each member's solution of A x = b ([N, P]) by conjugate gradient, as `rlexp.agents.trpo` solves a single
+        run's: a member whose residual is below the tolerance takes no more steps (its single run stops there)."""
+        x = tf.zeros_like(b)
+        r, p = b, b
+        r_dot_r = self.dot(r, r)
+        going = r_dot_r >= residual_tolerance
+        for _ in tf.range(iterations):
+            if not tf.reduce_any(going):
+                break
+            z = matrix_vector(p)
+            alpha = tf.where(going, r_dot_r / self.dot(p, z), 0.0)[:, None]
+            x += alpha * p
+            r -= alpha * z
+            new_r_dot_r = self.dot(r, r)
+            p = tf.where(going[:, None], r + (new_r_dot_r / r_dot_r)[:, None] * p, p)
+            r_dot_r = tf.where(going, new_r_dot_r, r_dot_r)
+            going = going & (r_dot_r >= residual_tolerance)
+        return x
+
     @no_autograph
     def scale_steps(self, variables: list[tf.Variable], before: list[tf.Tensor]) -> None:
         """Each member's step since `before` scaled by its `lr_scale`: its own learning rate (the optimizers'

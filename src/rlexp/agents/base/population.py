@@ -23,7 +23,7 @@ from rlexp.runs.history import History
 
 log = logging.getLogger("rlexp")
 
-SUPPORTED = "PPO and A2C with dense models on vector observations (float32, no obs/reward normalisation, no gSDE)"
+SUPPORTED = "PPO, A2C, VPG and TRPO with dense models on vector observations (float32, no obs/reward normalisation, no gSDE)"
 MEMBER_RANGES = {"lr": (0.0, 1.0, False), "gamma": (0.0, 1.0, False), "lam": (0.0, 1.0, True),
                  "clip_norm": (0.0, math.inf, False)}  # (low, high, low included); others: >= 0
 

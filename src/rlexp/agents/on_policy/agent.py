@@ -173,27 +173,30 @@ class OnPolicyAgent(PolicyDistribution, RecurrentState, Rollouts, Agent):
         self.optimizer.apply_gradients(zip(grads, variables))
 
     @no_autograph
-    def members_minimize(self, grads: list[tf.Tensor], variables: list[tf.Variable], grad_norm: float | None) -> None:
-        """A population's optimizer step: each member's gradients clipped to its own norm; a member that has
-        stopped keeps its weights and optimizer state (restored after the step, only while one has stopped)."""
+    def members_minimize(self, grads: list[tf.Tensor], variables: list[tf.Variable], grad_norm: float | None,
+                         optimizer=None) -> None:
+        """A population's step of `optimizer` (default: the model's): each member's gradients clipped to its own
+        norm; a member that has stopped keeps its weights and optimizer state (restored after the step, only while
+        one has stopped)."""
+        optimizer = optimizer or self.optimizer
         if grad_norm is not None:
             grads = self.members.clip_gradients(grads, grad_norm)
 
         def step_then_0():
             if self.members.lr_scale is None:
-                self.optimizer.apply_gradients(zip(grads, variables))
+                optimizer.apply_gradients(zip(grads, variables))
                 return tf.constant(0)
             before = [tf.identity(tf.convert_to_tensor(v)) for v in variables]
             with tf.control_dependencies(before):
-                self.optimizer.apply_gradients(zip(grads, variables))
+                optimizer.apply_gradients(zip(grads, variables))
             self.members.scale_steps(variables, before)
             return tf.constant(0)
 
         def masked_step_then_0():
-            kept = list(variables) + [v for v in self.optimizer.variables if len(v.shape)]
+            kept = list(variables) + [v for v in optimizer.variables if len(v.shape)]
             before = [tf.identity(tf.convert_to_tensor(v)) for v in kept]
             with tf.control_dependencies(before):
-                self.optimizer.apply_gradients(zip(grads, variables))
+                optimizer.apply_gradients(zip(grads, variables))
             if self.members.lr_scale is not None:
                 self.members.scale_steps(variables, before[:len(variables)])
             self.members.keep_stopped(kept, before)
