@@ -4,8 +4,9 @@ Usage: python benchmarks/population.py [--cases ppo-cartpole a2c-cartpole] [--me
        [--rejax-python <venv>/bin/python] [--no-write]
 
 For each case and member count N:
-- rlexp's population: `python -m rlexp <case> run.seeds=N` in one process; its training seconds (the slowest
-  member's, as the command's last line gives them), the process's wall seconds and its peak resident memory;
+- rlexp's population: `python -m rlexp <case> run.seeds=N` in one process, twice (the first compiles the XLA
+  program that the compile cache keeps for the second); its training seconds (the slowest member's, as the
+  command's last line gives them), the process's wall seconds and its peak resident memory;
 - N single runs, as many at a time as there are cores: the wall seconds of all of them, their training seconds
   summed, and the largest peak memory of one process times the number running at a time;
 - rejax (benchmarks/rejax_cases.py) with `jax.vmap` over N keys, where a case has a rejax twin: the compiled
@@ -28,9 +29,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).parent))
 from current import machine, now, write_table  # noqa: E402
 
-CASES = {  # rlexp's arguments (RL Zoo's rows), and the rejax case with the same work
-    "ppo-cartpole": (["agent=ppo", "env=cartpole"], "ppo-cartpole"),
-    "a2c-cartpole": (["agent=a2c", "env=cartpole"], None),
+CASES = {  # rlexp's arguments (RL Zoo's rows; speed.py's cases: a fixed number of steps, no target), and the rejax
+    # case with the same work
+    "ppo-cartpole": (["agent=ppo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], "ppo-cartpole"),
+    "a2c-cartpole": (["agent=a2c", "env=cartpole", "run.max_steps=2e5", "run.target_reward=null"], None),
 }
 DONE_POPULATION = re.compile(r"done: (\d+) members, ([\d,]+) steps in ([\d.]+) s")
 DONE_SINGLE = re.compile(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s")
@@ -56,11 +58,15 @@ def run_measured(command: list[str], cwd: Path) -> tuple[str, float, float]:
 
 
 def population(args: list[str], members: int) -> dict:
-    with tempfile.TemporaryDirectory() as work:
-        out, wall, peak = run_measured([sys.executable, "-m", "rlexp", *args, f"run.seeds={members}",
-                                        "run.eval_episodes=0", "run.progress=none"], Path(work))
-    found = DONE_POPULATION.search(out)
-    return dict(train=float(found.group(3)), wall=wall, peak=peak)
+    """The population trained twice: the first run compiles its XLA program (run.compile_cache keeps it), the
+    second finds it compiled, as a single run of a case trained before does."""
+    rows = []
+    for _ in range(2):
+        with tempfile.TemporaryDirectory() as work:
+            out, wall, peak = run_measured([sys.executable, "-m", "rlexp", *args, f"run.seeds={members}",
+                                            "run.eval_episodes=0", "run.progress=none"], Path(work))
+        rows.append(dict(train=float(DONE_POPULATION.search(out).group(3)), wall=wall, peak=peak))
+    return rows[1] | {"first_train": rows[0]["train"]}
 
 
 def processes(args: list[str], members: int, cores: int) -> dict:
@@ -117,7 +123,8 @@ def main() -> None:
             procs = processes(args, n, cores) if n <= options.processes_up_to else None
             jax_row = rejax(options.rejax_python, rejax_case, n) if options.rejax_python and rejax_case else None
             jax_one = jax_one or jax_row
-            row = (f"| {case} | {n} | {pop['train']:.1f} | {pop['train'] / one['train']:.2f}x | {pop['wall']:.1f} | "
+            row = (f"| {case} | {n} | {pop['train']:.1f} | {pop['train'] / one['train']:.2f}x | {pop['first_train']:.1f} | "
+                   f"{pop['wall']:.1f} | "
                    f"{pop['peak']:,.0f} ({pop['peak'] / one['peak']:.2f}x) | "
                    + (f"{procs['wall']:.1f} | {procs['train']:.1f} | {procs['peak']:,.0f} | " if procs else "- | - | - | ")
                    + (f"{jax_row['seconds']:.1f} ({jax_row['seconds'] / jax_one['seconds']:.2f}x) |"
@@ -125,12 +132,15 @@ def main() -> None:
             print(row, flush=True)
             rows.append(row)
     body = (f"{cores} cores. Population: `python -m rlexp <case> run.seeds=N run.eval_episodes=0` in one process "
-            "(train s: the slowest member's training seconds; x: over one member's). N processes: the same case with "
+            "twice (train s: the slowest member's training seconds of the second run, whose XLA program the first "
+            "compiled into run.compile_cache, as a single run's is after its first run; x: over one member's; first "
+            "run: with the compilation). N processes: the same case with "
             f"seed=0..N-1 as single runs, {cores} at a time (train s: summed; peak MB: one process's peak times the "
             "runs at a time). rejax: `jax.vmap` of its compiled training over N keys (benchmarks/rejax_cases.py), "
             "the compiled call's seconds.\n\n"
-            "| case | N | population train s | vs 1 | population wall s | population peak MB | N processes wall s | "
-            "N processes train s | N processes peak MB | rejax vmap s |\n|---|---|---|---|---|---|---|---|---|---|\n"
+            "| case | N | population train s | vs 1 | first run train s | population wall s | population peak MB | "
+            "N processes wall s | N processes train s | N processes peak MB | rejax vmap s |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|\n"
             + "\n".join(rows) + "\n")
     if not options.no_write:
         print(write_table("population", "Populations: N seeds in one process", body, started))
