@@ -82,7 +82,8 @@ def test_agent_preset_defaults_agree_with_code(agent):
     cls = agent_class(preset.pop("_target_"))
     code = class_defaults(cls)
     assert set(preset) <= set(code), f"preset keys the code does not take: {set(preset) - set(code)}"
-    not_options = {"model", "buffer", "seed", "clip_rewards", "mixed_precision"}  # set from other config groups
+    not_options = {"model", "buffer", "seed", "clip_rewards", "mixed_precision",  # set from other config groups
+                   "seeds", "member_values"}  # and from run.seeds, run.members
     if not cls.recurrent_models:
         not_options.add("sequence_length")
     if "continuous" not in cls.action_spaces:

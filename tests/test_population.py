@@ -19,9 +19,17 @@ PPO_ARGS = dict(n_steps=16, mini_batches=4, ppo_epochs=2, lr=1e-3, grad_norm=0.5
 STEPS = 3 * 16 * 4  # three rollouts of 4 envs
 
 
-def population(seeds, cls=PPO, env_id="CartPole-v1", **kwargs):
-    agent = cls(make_member_envs(env_id, 4, seeds, vectorization="sync"), seeds=seeds, **(kwargs or PPO_ARGS))
-    agent.fit_population(STEPS, verbose=0)
+def population(seeds, cls=PPO, env_id="CartPole-v1", limit=None, broken=None, **kwargs):
+    """A population trained for STEPS; `limit`: episodes truncated after that many steps; `broken`: that member's
+    weights made NaN first."""
+    envs = make_member_envs(env_id, 4, seeds, vectorization="sync", max_episode_steps=limit)
+    agent = cls(envs, seeds=seeds, **(kwargs or PPO_ARGS))
+    if broken is not None:
+        for variable in agent.model.weights:
+            values = variable.numpy()
+            values[broken] = np.nan
+            variable.assign(values)
+    agent.summaries = agent.fit_population(STEPS, verbose=0)
     return agent
 
 
@@ -43,6 +51,19 @@ def test_a_member_is_unchanged_bit_for_bit_when_another_members_seed_and_data_ch
         for i in (0, 2):
             assert all(np.array_equal(a[i], b[i]) for a, b in zip(*weights))
         assert not all(np.array_equal(a[1], b[1]) for a, b in zip(*weights))
+
+
+@pytest.mark.parametrize("env_id", ["CartPole-v1", "Pendulum-v1"])
+def test_members_stay_independent_through_truncated_episodes_and_a_diverged_member(env_id):
+    """Episodes cut every 10 steps: truncations are bootstrapped with the critic's values of their final
+    observations, all steps in one pass (each member's by its own critic). A member whose weights are NaN diverges
+    and stops alone; the others train as they do beside a healthy member, bit for bit."""
+    first, second = population([0, 1, 2], env_id=env_id, limit=10), population([0, 7, 2], env_id=env_id, limit=10)
+    broken = population([0, 1, 2], env_id=env_id, limit=10, broken=1)
+    for i in (0, 2):
+        assert all(np.array_equal(a, b) for a, b in zip(member(first, i), member(second, i)))
+        assert all(np.array_equal(a, b) for a, b in zip(member(first, i), member(broken, i)))
+    assert broken.summaries[1]["reason"].startswith("diverged") and broken.summaries[0]["reason"] == "max_steps"
 
 
 def test_a_member_trains_as_in_a_population_of_another_size_to_float_rounding():
@@ -186,6 +207,23 @@ def test_a_population_killed_in_its_third_iteration_resumes_every_member_from_th
     assert [s["steps"] for s in summaries] == [steps[0] + STEPS] * 2
 
 
+def test_members_saved_at_different_steps_resume_from_the_step_they_all_reached(tmp_path):
+    """A kill between two members' saves: member 0's last.ckpt is one iteration ahead; its previous.ckpt holds the
+    step the other member's last.ckpt has."""
+    seeds = [0, 1]
+    dirs = [tmp_path / f"seed_{s}" for s in seeds]
+    agent = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
+    agent.fit_population(STEPS, run_dirs=dirs, verbose=0)
+    agent.max_steps = 2 * STEPS
+    agent.train_iteration()
+    agent.member_records()[0].steps = agent.steps
+    agent.save_member(0, dirs[0] / "checkpoints" / "last.ckpt", keep_previous=True)
+    assert PPO.read_state(dirs[0] / "checkpoints" / "last.ckpt")["steps"] > STEPS
+    again = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
+    again.resume_population([d / "checkpoints" / "last.ckpt" for d in dirs])
+    assert again.steps == STEPS and [r.steps for r in again.member_records()] == [STEPS, STEPS]
+
+
 def test_rows_are_member_major_and_minibatches_hold_each_members_own_rows():
     members = Members([0, 1], 2)
     x = tf.reshape(tf.range(3 * 4), [3, 4])  # [T=3, N*E=4]: value 4t + column
@@ -216,6 +254,13 @@ def test_what_a_population_does_not_support_is_refused_in_one_line():
     envs = make_member_envs("CartPole-v1", 2, [0, 1], vectorization="sync")
     with pytest.raises(UserError, match=r"^run.seeds: agent.normalize_obs=True is not supported in a population yet"):
         PPO(envs, seeds=[0, 1], normalize_obs=True)
+    with pytest.raises(UserError, match=r"^run.seeds: agent.kl_threshold=0.02 is not supported in a population yet"):
+        PPO(envs, seeds=[0, 1], kl_threshold=0.02)
+    pendulum = make_member_envs("Pendulum-v1", 2, [0, 1], vectorization="sync")
+    with pytest.raises(UserError, match=r"^run.seeds: agent.use_sde=True is not supported in a population yet"):
+        PPO(pendulum, seeds=[0, 1], use_sde=True)
+    with pytest.raises(UserError, match=r"^agent.mini_batches=4 must divide the rollout size n_steps\*n_envs=6"):
+        PPO(envs, seeds=[0, 1], n_steps=3, mini_batches=4)  # each member's rollout: 3 x 2
     with pytest.raises(UserError, match="needs each member's envs"):
         PPO(make_envs("CartPole-v1", 2, 0), seeds=[0, 1])
 
@@ -257,11 +302,18 @@ def test_play_eval_plot_and_resume_take_a_member_as_any_run(trained_population):
     resumed = rlexp(cwd, f"+resume={run / 'seed_3'}", "run.max_steps=4000", "run.eval_episodes=2")
     assert resumed.returncode == 0 and "resumed" in resumed.stdout, resumed.stdout + resumed.stderr
     assert json.loads((run / "seed_3" / "summary.json").read_text())["steps"] >= 4000
+    apart = rlexp(cwd, f"+resume={run}", "run.max_steps=5000")  # the members are at different steps now
+    assert apart.returncode == 2 and "resume the members one by one" in apart.stderr, apart.stderr
+    resumed = rlexp(cwd, f"+resume={run / 'seed_5'}", "run.max_steps=4000", "run.eval_episodes=2")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
 
 
 def test_resume_on_a_population_dir_resumes_every_member(trained_population):
     cwd, run, _ = trained_population
     before = json.loads((run / "seed_5" / "summary.json").read_text())["steps"]
+    kept = rlexp(cwd, f"+resume={run}", "run.eval_episodes=2")  # the run's own run.max_steps: nothing to train
+    assert kept.returncode == 0, kept.stdout + kept.stderr
+    assert json.loads((run / "seed_5" / "summary.json").read_text())["steps"] == before
     resumed = rlexp(cwd, f"+resume={run}", "run.max_steps=5000", "run.eval_episodes=2")
     assert resumed.returncode == 0 and "resumed 2 members" in resumed.stdout, resumed.stdout + resumed.stderr
     for seed in (3, 5):

@@ -140,7 +140,7 @@ def check_rollout(agent, bootstrap=True, image=False):
     # episode bookkeeping: (env step count at the end, undiscounted return), as the envs paid them
     n_envs = ends.shape[1]
     expected = sorted((t * n_envs + i + 1, float(sum(range(1, k_after[t, i] + 1)))) for t, i in zip(*np.nonzero(ends)))
-    assert sorted(agent._finished) == expected and agent.steps == N_STEPS * n_envs
+    assert sorted((step, ret) for step, ret, _ in agent._finished) == expected and agent.steps == N_STEPS * n_envs
     after_rollout = observations(script(N_STEPS + 1)[0], image)[-1]  # k before a 10th step
     np.testing.assert_array_equal(batch["last_obs"], after_rollout)
     np.testing.assert_array_equal(agent._obs, after_rollout)

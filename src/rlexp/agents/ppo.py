@@ -62,7 +62,7 @@ class PPO(OnPolicyAgent):
         self.kl_threshold = None if kl_threshold is None else float(kl_threshold)
         self.kl_target = float(kl_target)
         super().__init__(envs, model, buffer, **kwargs)
-        units = self.n_sequences if self.recurrent else self.n_steps * self.n_envs
+        units = self.n_sequences if self.recurrent else self.n_steps * self.member_envs  # a member's rollout
         if self.mini_batches < 1 or units % self.mini_batches:
             what = (f"the number of sequences n_envs*n_steps/sequence_length={units}" if self.recurrent else
                     f"the rollout size n_steps*n_envs={units}")

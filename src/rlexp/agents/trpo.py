@@ -86,7 +86,7 @@ class TRPO(OnPolicyAgent):
         self.fvp_n_steps, self.entropy_coef = max(int(fvp_n_steps), 1), float(entropy_coef)
         self.mini_batches, self.advantage_epsilon = int(mini_batches), float(advantage_epsilon)
         super().__init__(envs, model, buffer, n_steps=n_steps, **kwargs)
-        rollout = self.n_steps * self.n_envs
+        rollout = self.n_steps * self.member_envs  # a member's rollout
         if self.mini_batches < 1 or rollout % self.mini_batches:
             raise UserError(f"agent.mini_batches={self.mini_batches} must divide the rollout size "
                             f"n_steps*n_envs={rollout}")

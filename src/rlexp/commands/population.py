@@ -7,6 +7,7 @@ any run, and `mode=plot '+runs=<run dir>/seed_*'` shows the members as seeds of 
 from __future__ import annotations
 
 import logging
+import shutil
 from pathlib import Path
 
 from omegaconf import DictConfig, OmegaConf, open_dict
@@ -88,21 +89,31 @@ def resume_population(cfg: DictConfig) -> float:
     yet, the population again from step 0), with this command's run.* settings."""
     from rlexp.runs.checkpoints import resume_checkpoint
     from rlexp.runs.dirs import absolute, check_resume_overrides
+    from rlexp.runs.files import check_writable
 
     key = f"+resume={cfg.resume}"
     run_dir = absolute(str(cfg.resume))
     stored = OmegaConf.load(run_dir / ".hydra" / "config.yaml")
     check_resume_overrides(cfg, stored)
-    with open_dict(stored):
-        stored.run = OmegaConf.merge(stored.run, {k: v for k, v in cfg.run.items() if k not in ("seeds", "members")})
+    given = {o.split("=", 1)[0].lstrip("+~")[4:] for o in task_overrides() if o.lstrip("+~").startswith("run.")}
+    with open_dict(stored):  # the run's own run.* settings, but those this command sets
+        for name in given - {"seeds", "members"}:
+            OmegaConf.update(stored.run, name, OmegaConf.select(cfg.run, name), force_add=True)
     check_population_settings(stored)
+    check_writable(run_dir, key)
     lock = RunLock(run_dir).acquire(key)
+    locks: list[RunLock] = []
     try:
         setup_tensorflow(stored)
         checked = check_config(stored)
         seeds, values = members_of(stored)
         member_dirs, configs = member_dirs_and_configs(stored, run_dir, seeds, values)
+        locks = [RunLock(d).acquire(key) for d in member_dirs]  # no member resumed on its own meanwhile
         checkpoints = [resume_checkpoint(d, key) for d in member_dirs]
+        from rlexp.runs.files import remove_leftovers
+
+        for d in member_dirs:  # half-written files of the killed run
+            remove_leftovers(d, d / "checkpoints", d / "tb")
         agent = build_agent(stored, checked=checked, seeds=seeds, member_values=values)
         startup_done()
         from rlexp.runs.logs import attach_run_log, detach_run_log
@@ -115,10 +126,15 @@ def resume_population(cfg: DictConfig) -> float:
             else:
                 log.info(f"{run_dir}: not every member has a checkpoint yet: training the population again from "
                          "step 0")
+                for d, record in zip(member_dirs, agent.member_records()):  # its files start over
+                    shutil.rmtree(d / "tb", ignore_errors=True)
+                    record.history._flushed = -1
             return _train(agent, stored, seeds, member_dirs, configs, checked)
         finally:
             detach_run_log(handler)
     finally:
+        for held in locks:
+            held.release()
         lock.release()
 
 
@@ -146,6 +162,7 @@ def train_population(cfg: DictConfig) -> float:
     made = [p for p in run_dir.parents if not p.exists()]
     run_dir = claim_run_dir(run_dir)
     lock = RunLock(run_dir).acquire(run_dir_key(cfg))
+    member_locks: list[RunLock] = []
     try:
         try:
             agent = build_agent(cfg, checked=checked, seeds=seeds, member_values=values)
@@ -161,6 +178,7 @@ def train_population(cfg: DictConfig) -> float:
         for member_dir, member in zip(member_dirs, configs):
             member_dir.mkdir()
             write_run_config(member_dir, member)
+            member_locks.append(RunLock(member_dir).acquire(run_dir_key(cfg)))  # no member resumed alone meanwhile
         write_run_config(run_dir, cfg)
         handler = attach_run_log(run_dir, *([preset_line] if preset_line else []))
         try:
@@ -170,6 +188,8 @@ def train_population(cfg: DictConfig) -> float:
         finally:
             detach_run_log(handler)
     finally:
+        for held in member_locks:
+            held.release()
         if lock is not None:
             lock.release()
 

@@ -144,7 +144,8 @@ class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
         if seeds is not None:  # a population: one member per seed (rlexp.agents.base.population)
             from rlexp.agents.base.population import population_members
 
-            self.members, self._member_random = population_members(type(self), envs, seed, seeds, locals())
+            self.members, self._member_random = population_members(type(self), envs, seed, seeds,
+                                                                    vars(self) | locals())
             seed = self.members.seeds[0]
         if seed is not None:  # Keras initialisers, Python's and NumPy's generators, deterministic ops (as the CLI)
             import keras

@@ -90,6 +90,12 @@ class Members:
         return tf.reshape(swapped, tf.concat([[-1], shape[2:]], 0))
 
     @no_autograph
+    def time_major(self, rows: tf.Tensor, steps: int) -> tf.Tensor:
+        """`member_major`'s inverse for per-row values: [N * T * E] -> [T, N * E]."""
+        split = tf.reshape(rows, [self.count, steps, self.envs])
+        return tf.reshape(tf.transpose(split, [1, 0, 2]), [steps, self.count * self.envs])
+
+    @no_autograph
     def shuffle(self, x: tf.Tensor, order: tf.Tensor, mini_batches: int) -> tf.Tensor:
         """Member-major rows [N * S, ...] gathered in each member's own `order` ([N, S] indices into its S rows)
         and cut into minibatches: [mini_batches, N * S / mini_batches, ...], minibatch i holding every member's

@@ -68,14 +68,14 @@ def population_members(cls: type, envs: Any, seed: int | None, seeds: int | Sequ
                         f"rlexp.envs.make_member_envs(env_id, n_envs, seeds={seeds})")
     refused = {"normalize_obs": bool(params.get("normalize_obs")),
                "normalize_reward": bool(params.get("normalize_reward")),
-               "use_sde": bool(params.get("use_sde")),
+               "use_sde": bool(params.get("use_sde") or params.get("sde")),
                "divergence_monitoring_steps": params.get("divergence_monitoring_steps") is not None,
                "kl_threshold": params.get("kl_threshold") is not None,
                "lr_schedule=kl_adaptive": params.get("lr_schedule") == "kl_adaptive",
                "mixed_precision": bool(params.get("mixed_precision"))}
     for key, used in refused.items():
         if used:
-            setting = key if "=" in key else f"{key}={params.get(key)}"
+            setting = key if "=" in key else f"{key}={True if key == 'use_sde' else params.get(key)}"
             raise UserError(f"run.seeds: agent.{setting} is not supported in a population yet; populations train "
                             f"{SUPPORTED}; drop it or train the seeds as single runs")
     states = []
@@ -310,6 +310,19 @@ class PopulationLoop:
     def resume_population(self, paths: Sequence[str | Path]) -> None:
         """Every member from its last checkpoint; the population goes on from their step (the same for all that
         train on), with new episodes as a single run's resume starts them."""
+        from rlexp.runs.checkpoints import PREVIOUS, is_complete, read_state
+
+        paths = [Path(p) for p in paths]
+        steps = [int(read_state(p)["steps"]) for p in paths]
+        common = min(steps)
+        for member, (path, step) in enumerate(zip(paths, steps)):
+            if step > common:  # saved after the kill's victims: its previous save is the others' step
+                previous = path.with_name(PREVIOUS)
+                if not is_complete(previous) or int(read_state(previous)["steps"]) != common:
+                    raise UserError(f"{path} is at step {step:,} and the population's other members at {common:,}, "
+                                    f"with no checkpoint of this member at that step; resume the members one by one "
+                                    f"(+resume=<member dir>)")
+                paths[member] = previous
         for member, path in enumerate(paths):
             self.load_member(member, path)
         records = self.member_records()
@@ -374,6 +387,14 @@ class PopulationLoop:
             record.run_dir, record.tracker = run_dir, tracker
             if run_dir is not None:
                 record.history.path = run_dir / "history.parquet"
+        for i, record in enumerate(records):  # stopped at a target: on again if this call's target is not reached
+            reached = (target_reward is not None and len(record.rewards) >= self.reward_buffer_size
+                       and record.mean_reward >= float(target_reward))
+            if record.reason == "target_reward" and not reached:
+                record.reason = None
+                active = self.members.active.numpy()
+                active[i] = 1.0
+                self.members.active.assign(active)
         start_steps, session_start, base_times = self.steps, time.perf_counter(), [r.train_time for r in records]
         last_checkpoint = last_flush = time.perf_counter()
         wait, stop, iterations = float(checkpoint_interval), [False], 0
@@ -439,5 +460,6 @@ class PopulationLoop:
                                   steps_per_s=record.steps / record.train_time if record.train_time else 0.0,
                                   reason=record.reason, mean_reward=record.mean_reward,
                                   best_reward=record.best_reward, episodes=record.episodes))
-        self.stop_signal = int(stop[0]) if stop[0] else None
+        interrupted = any(r.reason == "interrupted" for r in records)
+        self.stop_signal = int(stop[0]) if stop[0] and interrupted else None
         return summaries

@@ -153,6 +153,14 @@ class Rollouts:
             outputs |= dict(next_obs=next_obs, truncated=tf.cast(truncated, tf.float32))
         return obs, outputs
 
+    @no_autograph
+    def values_of_steps(self, obs: tf.Tensor) -> tf.Tensor:
+        """The critic's values of [T, N, ...] observations as [T, N] (a population's rows go to its stacked models
+        member-major, each member's block its own, and come back time-major)."""
+        if self.members is None:
+            return tf.reshape(self.value(flatten_time(obs)), (self.n_steps, self.n_envs))
+        return self.members.time_major(self.value(self.members.member_major(obs)), self.n_steps)
+
     @property
     def per_step_bootstrap(self) -> bool:
         """Truncations bootstrapped in the step (images: no final-obs copies; recurrent: the step's state)."""
@@ -175,7 +183,7 @@ class Rollouts:
         _, obs, arrays = tf.while_loop(lambda t, *_: t < self.n_steps, step, (tf.constant(0), obs, arrays))
         batch = {k: v.stack() for k, v in arrays.items()}
         if not self.per_step_bootstrap:  # truncations bootstrapped in one pass (a condition per step: a slower first call)
-            final_values = tf.reshape(self.value(flatten_time(batch.pop("next_obs"))), (self.n_steps, self.n_envs))
+            final_values = self.values_of_steps(batch.pop("next_obs"))
             batch["rewards"] += self.gamma * final_values * batch.pop("truncated")
         batch["last_values"] = self.value(obs)
         batch["last_obs"] = obs
