@@ -15,6 +15,7 @@ import pytest
 
 from rlexp.errors import UserError
 from rlexp.runs.checkpoints import DamagedCheckpoint
+from crashes import Killed, crash_in_the_third_iteration
 from test_cli import rlexp as cli
 from test_ux import rlexp as cli_limited
 
@@ -83,10 +84,6 @@ def test_a_full_disk_before_the_first_last_checkpoint_then_resume(tmp_path):
 
 
 # ----- a crash (kill -9) ----------------------------------------------------------------------------------
-class Killed(BaseException):
-    """A crash inside the loop: nothing after it runs (no final checkpoint), as with kill -9."""
-
-
 def test_a_crash_after_the_first_iterations_leaves_a_checkpoint_to_resume(tmp_path):
     """With an interval far longer than the run, last.ckpt is still written after the first iteration (one fused
     call of rollouts): a crash during the third loses two iterations, not the run. Before, a run killed within its
@@ -94,16 +91,7 @@ def test_a_crash_after_the_first_iterations_leaves_a_checkpoint_to_resume(tmp_pa
     from rlexp.runs.checkpoints import resume_checkpoint
 
     agent = ppo()
-    train, steps = agent.train_iteration, []
-
-    def crash_in_the_third():
-        if len(steps) == 2:
-            raise Killed
-        metrics = train()
-        steps.append(agent.steps)
-        return metrics
-
-    agent.train_iteration = crash_in_the_third
+    steps = crash_in_the_third_iteration(agent)
     with pytest.raises(Killed):
         agent.fit(max_steps=10_000, run_dir=tmp_path, checkpoint_interval=3600, progress="none")
     assert resume_checkpoint(tmp_path, "+resume=r") == tmp_path / "checkpoints" / "last.ckpt"

@@ -13,6 +13,7 @@ from rlexp.agents.ppo import PPO
 from rlexp.agents.trpo import TRPO
 from rlexp.envs import make_envs, make_member_envs
 from rlexp.errors import UserError
+from crashes import Killed, crash_in_the_third_iteration
 from test_cli import rlexp
 
 PPO_ARGS = dict(n_steps=16, mini_batches=4, ppo_epochs=2, lr=1e-3, grad_norm=0.5, quiet=True)
@@ -180,24 +181,11 @@ def test_a_population_resumes_every_member_from_its_own_checkpoint(tmp_path):
         assert PPO.read_state(d / "checkpoints" / "last.ckpt")["steps"] == 2 * STEPS
 
 
-class Killed(BaseException):
-    """A crash inside the loop: nothing after it runs (no final checkpoint), as with kill -9."""
-
-
 def test_a_population_killed_in_its_third_iteration_resumes_every_member_from_the_first(tmp_path):
     seeds = [0, 1]
     dirs = [tmp_path / f"seed_{s}" for s in seeds]
     agent = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
-    train, steps = agent.train_iteration, []
-
-    def crash_in_the_third():
-        if len(steps) == 2:
-            raise Killed
-        metrics = train()
-        steps.append(agent.steps)
-        return metrics
-
-    agent.train_iteration = crash_in_the_third
+    steps = crash_in_the_third_iteration(agent)
     with pytest.raises(Killed):
         agent.fit_population(10_000, run_dirs=dirs, checkpoint_interval=3600, verbose=0)
     again = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)

@@ -395,7 +395,7 @@ class PopulationLoop:
                 active = self.members.active.numpy()
                 active[i] = 1.0
                 self.members.active.assign(active)
-        start_steps, session_start, base_times = self.steps, time.perf_counter(), [r.train_time for r in records]
+        session_start, base_times = time.perf_counter(), [r.train_time for r in records]
         last_checkpoint = last_flush = time.perf_counter()
         wait, stop, iterations = float(checkpoint_interval), [False], 0
 
