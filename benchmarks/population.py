@@ -33,7 +33,12 @@ CASES = {  # rlexp's arguments (RL Zoo's rows; speed.py's cases: a fixed number 
     # case with the same work
     "ppo-cartpole": (["agent=ppo", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], "ppo-cartpole"),
     "a2c-cartpole": (["agent=a2c", "env=cartpole", "run.max_steps=2e5", "run.target_reward=null"], None),
+    "dqn-cartpole": (["agent=dqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null"], None),
+    "td3-pendulum": (["agent=td3", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], None),
+    "sac-pendulum": (["agent=sac", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], None),
 }
+OFF_POLICY = ("dqn-cartpole", "td3-pendulum", "sac-pendulum")
+FLOP_CASES = ("td3-pendulum", "sac-pendulum")  # FLOP-bound: their update FLOP/s against the GEMM peak
 DONE_POPULATION = re.compile(r"done: (\d+) members, ([\d,]+) steps in ([\d.]+) s")
 DONE_SINGLE = re.compile(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s")
 
@@ -57,16 +62,68 @@ def run_measured(command: list[str], cwd: Path) -> tuple[str, float, float]:
     return text, wall, usage.ru_maxrss / 1024
 
 
-def population(args: list[str], members: int) -> dict:
-    """The population trained twice: the first run compiles its XLA program (run.compile_cache keeps it), the
-    second finds it compiled, as a single run of a case trained before does."""
+def population(args: list[str], members: int, runs: int = 2) -> dict:
+    """The population trained `runs` times: the first run compiles its XLA program (run.compile_cache keeps it), the
+    second finds it compiled, as a single run of a case trained before does (off-policy agents compile no XLA
+    program: one run). With the population's update FLOPs (`update_flops`) where its agent has them counted."""
     rows = []
-    for _ in range(2):
+    for _ in range(runs):
         with tempfile.TemporaryDirectory() as work:
             out, wall, peak = run_measured([sys.executable, "-m", "rlexp", *args, f"run.seeds={members}",
                                             "run.eval_episodes=0", "run.progress=none"], Path(work))
-        rows.append(dict(train=float(DONE_POPULATION.search(out).group(3)), wall=wall, peak=peak))
-    return rows[1] | {"first_train": rows[0]["train"]}
+            flops = update_flops(next(Path(work).glob("outputs/*/*/seed_*/checkpoints/last.ckpt"))) * members
+        rows.append(dict(train=float(DONE_POPULATION.search(out).group(3)), wall=wall, peak=peak, flops=flops))
+    return rows[-1] | {"first_train": rows[0]["train"]}
+
+
+def dense_flops(rows: int, widths: list[int]) -> int:
+    """A dense network's forward FLOPs on `rows` rows: 2 * rows * in * out per layer."""
+    return sum(2 * rows * a * b for a, b in zip(widths, widths[1:]))
+
+
+def update_flops(checkpoint: Path) -> float:
+    """A member's matmul FLOPs in all its updates, counted from its checkpoint (its config and update count): each
+    network's forward pass 2 * rows * in * out per layer, a backward pass twice its forward (the weights' and the
+    inputs' gradients). TD3, per critic update: the target actor and 2 target critics forward, 2 critics forward and
+    backward; every policy_delay updates the actor forward and backward and critic 0 forward and back to its input.
+    SAC, per update: the actor forward (next observations), 2 target critics forward, 2 critics forward and backward,
+    then the actor forward and backward and 2 critics forward and back to their input. Other agents: 0 (not
+    counted). Env steps' forward passes (a few rows each) are left out."""
+    import numpy as np
+
+    from rlexp.runs.checkpoints import read_arrays, read_state
+
+    state, arrays = read_state(checkpoint), read_arrays(checkpoint)
+    agent = state["agent"]
+    if agent not in ("TD3", "SAC"):
+        return 0.0
+    config = state["config"]
+    batch = int(config["buffer"]["batch_size"])
+    hidden = [int(layer["units"]) for layer in config["model"]["layers"] if not layer.get("output")]
+    obs, actions = int(np.prod(state["observation_shape"])), int(state["n_actions"])
+    updates = int(arrays["var/updates"])
+    actor = dense_flops(batch, [obs, *hidden, actions * (2 if agent == "SAC" else 1)])
+    critic = dense_flops(batch, [obs + actions, *hidden, 1])
+    if agent == "TD3":
+        delay = int(config["agent"].get("policy_delay", 2))
+        return updates * (actor + 8 * critic + (3 * actor + 2 * critic) / delay)
+    return updates * (actor + 8 * critic + 3 * actor + 4 * critic)
+
+
+def gemm_peak(size: int = 2048, repeats: int = 20) -> float:
+    """TensorFlow's float32 matmul rate on large square matrices (FLOP/s): the CPU's practical float32 GEMM peak
+    with the threads rlexp runs with."""
+    import tensorflow as tf
+
+    a = tf.random.normal([size, size])
+    matmul = tf.function(lambda x: tf.matmul(x, x))
+    matmul(a).numpy()
+    best = float("inf")
+    for _ in range(repeats):
+        start = time.perf_counter()
+        matmul(a).numpy()
+        best = min(best, time.perf_counter() - start)
+    return 2 * size**3 / best
 
 
 def processes(args: list[str], members: int, cores: int) -> dict:
@@ -110,15 +167,17 @@ def main() -> None:
     parser.add_argument("--members", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--processes-up-to", type=int, default=8, help="N single runs only up to this N")
     parser.add_argument("--rejax-python", default=None)
+    parser.add_argument("--table", default="population", help="benchmarks/results/<table>.md")
     parser.add_argument("--no-write", action="store_true")
     options = parser.parse_args()
     started, cores = now(), len(os.sched_getaffinity(0))
+    peak = gemm_peak() if set(options.cases) & set(FLOP_CASES) else None
     rows = []
     for case in options.cases:
         args, rejax_case = CASES[case]
         one = jax_one = None
         for n in options.members:
-            pop = population(args, n)
+            pop = population(args, n, runs=1 if case in OFF_POLICY else 2)
             one = one or pop
             procs = processes(args, n, cores) if n <= options.processes_up_to else None
             jax_row = rejax(options.rejax_python, rejax_case, n) if options.rejax_python and rejax_case else None
@@ -128,7 +187,9 @@ def main() -> None:
                    f"{pop['peak']:,.0f} ({pop['peak'] / one['peak']:.2f}x) | "
                    + (f"{procs['wall']:.1f} | {procs['train']:.1f} | {procs['peak']:,.0f} | " if procs else "- | - | - | ")
                    + (f"{jax_row['seconds']:.1f} ({jax_row['seconds'] / jax_one['seconds']:.2f}x) |"
-                      if jax_row and jax_one else "- |"))
+                      if jax_row and jax_one else "- |")
+                   + (f" {pop['flops'] / pop['train'] / 1e9:.1f} ({pop['flops'] / pop['train'] / peak:.0%}) |"
+                      if pop["flops"] and peak else " - |"))
             print(row, flush=True)
             rows.append(row)
     body = (f"{cores} cores. Population: `python -m rlexp <case> run.seeds=N run.eval_episodes=0` in one process "
@@ -137,13 +198,17 @@ def main() -> None:
             "run: with the compilation). N processes: the same case with "
             f"seed=0..N-1 as single runs, {cores} at a time (train s: summed; peak MB: one process's peak times the "
             "runs at a time). rejax: `jax.vmap` of its compiled training over N keys (benchmarks/rejax_cases.py), "
-            "the compiled call's seconds.\n\n"
+            "the compiled call's seconds. Off-policy cases (no XLA program) train once, and their update GFLOP/s is the "
+            "members' matmul FLOPs in their updates (`update_flops`: counted from each member's update count, layer "
+            "widths and batch size) over the population's train seconds (the whole training, its random warm-up "
+            "included), against TensorFlow's float32 matmul rate on 2048x2048 matrices on this machine"
+            + (f" ({peak / 1e9:.1f} GFLOP/s)" if peak else "") + ".\n\n"
             "| case | N | population train s | vs 1 | first run train s | population wall s | population peak MB | "
-            "N processes wall s | N processes train s | N processes peak MB | rejax vmap s |\n"
-            "|---|---|---|---|---|---|---|---|---|---|---|\n"
+            "N processes wall s | N processes train s | N processes peak MB | rejax vmap s | update GFLOP/s (of peak) |\n"
+            "|---|---|---|---|---|---|---|---|---|---|---|---|\n"
             + "\n".join(rows) + "\n")
     if not options.no_write:
-        print(write_table("population", "Populations: N seeds in one process", body, started))
+        print(write_table(options.table, "Populations: N seeds in one process", body, started))
     print(machine())
 
 

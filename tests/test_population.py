@@ -312,7 +312,9 @@ def test_resume_on_a_population_dir_resumes_every_member(trained_population):
 
 @pytest.mark.parametrize("args, message", [
     (["run.seeds=0"], "run.seeds=0 must be at least 1"),
-    (["agent=dqn", "run.seeds=2"], "run.seeds: DQN does not train as a population yet; populations train PPO, A2C, VPG and TRPO"),
+    (["agent=dqn", "buffer=prioritized", "run.seeds=2"],
+     "run.seeds: a population's members replay from uniform buffers, not PrioritizedReplayBuffer; populations train "
+     "PPO, A2C, VPG, TRPO, DQN, DDPG, TD3 and SAC"),
     (["run.seeds=2", "run.eval_interval=1000"], "run.eval_interval with run.seeds: a population evaluates its members"),
     (["run.members={lr:[0.001,0.002]}", "run.seeds=3"], "run.members.lr=[0.001, 0.002] must list one value per member"),
 ])

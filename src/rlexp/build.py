@@ -246,7 +246,10 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     configure_threads(cfg.run, image_obs)
     # an agent built to play or evaluate (n_envs given) never trains: its rollout's minibatch split doesn't apply
     playing = {"mini_batches": 1} if n_envs is not None and "mini_batches" in cfg.agent else {}
-    precision = resolve_precision(cfg.run.get("mixed_precision", False), cls, image_obs, is_recurrent(model), model)
+    setting = cfg.run.get("mixed_precision", False)
+    if seeds is not None and setting == "auto":  # populations compute in float32 (a member's config records it)
+        setting = False
+    precision = resolve_precision(setting, cls, image_obs, is_recurrent(model), model)
     with open_dict(cfg):  # the run config records what `auto` chose (a resume elsewhere keeps it)
         cfg.run.mixed_precision = precision
         cfg.run.eval_deterministic = resolve_eval_deterministic(cfg.run.get("eval_deterministic", "auto"), cfg.env.id)

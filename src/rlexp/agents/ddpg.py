@@ -9,7 +9,7 @@ from __future__ import annotations
 import tensorflow as tf
 
 from rlexp.agents.distributions import no_autograph
-from rlexp.agents.off_policy import OffPolicyAgent, soft_update
+from rlexp.agents.off_policy import OffPolicyAgent
 from rlexp.errors import UserError
 
 
@@ -33,6 +33,8 @@ class DDPG(OffPolicyAgent):
     default_models = {"image": "nature_cnn", "vector": "mlp_400_300"}
     n_critics = 1
     grouped_updates = True
+    population_support = True
+    member_keys = ("lr", "gamma", "tau", "step_noise_coef")
 
     OU_DT = 1e-2
 
@@ -113,7 +115,8 @@ class DDPG(OffPolicyAgent):
     @no_autograph
     def explore(self, obs: tf.Tensor) -> tf.Tensor:
         """The actor's actions plus Gaussian or Ornstein-Uhlenbeck noise, clipped to [-1, 1]."""
-        noise = self.step_noise_coef * self.tf_rng.normal([self.n_envs, self.n_actions])
+        draws = self.tf_rng.normal([self.n_envs, self.n_actions])
+        noise = self.per_row(self.step_noise_coef, draws) * draws
         if self.noise_type == "ornstein_uhlenbeck":
             noise = self.ou_noise - self.ou_theta * self.ou_noise * self.OU_DT + noise * self.OU_DT**0.5
             self.ou_noise.assign(noise)
@@ -129,7 +132,7 @@ class DDPG(OffPolicyAgent):
     def critic_targets(self, rewards: tf.Tensor, next_obs: tf.Tensor, terminated: tf.Tensor) -> tf.Tensor:
         """r + gamma * (1 - terminated) * Q'(s', mu'(s'))."""
         next_q = self.q(self.target_critics[0], next_obs, self.unit_action(next_obs, self.target_actor))
-        return rewards + self.gamma * (1.0 - terminated) * next_q
+        return rewards + self.per_row(self.gamma, rewards) * (1.0 - terminated) * next_q
 
     @no_autograph
     def critic_step(self, obs, actions, rewards, next_obs, terminated) -> tf.Tensor:
@@ -137,9 +140,8 @@ class DDPG(OffPolicyAgent):
         targets = tf.stop_gradient(self.critic_targets(rewards, next_obs, terminated))
         critic_vars = self.trainable_variables("critic")
         with tf.GradientTape() as tape:
-            critic_loss = tf.add_n([tf.reduce_mean(tf.square(self.q(c, obs, actions) - targets))
-                                    for c in self.critics])
-        self.critic_optimizer.apply_gradients(zip(tape.gradient(critic_loss, critic_vars), critic_vars))
+            critic_loss = tf.add_n([self.row_mean(tf.square(self.q(c, obs, actions) - targets)) for c in self.critics])
+        self.optimizer_step(self.critic_optimizer, tape.gradient(critic_loss, critic_vars), critic_vars)
         self.updates.assign_add(1)
         return critic_loss
 
@@ -148,8 +150,8 @@ class DDPG(OffPolicyAgent):
         """One gradient step of the actor through the first critic, then (by default) the soft target updates."""
         actor_vars = self.trainable_variables("actor")
         with tf.GradientTape() as tape:
-            actor_loss = -tf.reduce_mean(self.q(self.critics[0], obs, self.unit_action(obs)))
-        self.actor_optimizer.apply_gradients(zip(tape.gradient(actor_loss, actor_vars), actor_vars))
+            actor_loss = -self.row_mean(self.q(self.critics[0], obs, self.unit_action(obs)))
+        self.optimizer_step(self.actor_optimizer, tape.gradient(actor_loss, actor_vars), actor_vars)
         if target_updates:
             self.target_updates()
         return actor_loss
@@ -157,9 +159,9 @@ class DDPG(OffPolicyAgent):
     @no_autograph
     def target_updates(self) -> None:
         """Soft updates of the target actor and critic(s)."""
-        soft_update(self.target_actor.variables, self.actor.variables, self.tau)
+        self.update_targets(self.target_actor.variables, self.actor.variables, self.tau)
         for target, critic in zip(self.target_critics, self.critics):
-            soft_update(target.variables, critic.variables, self.tau)
+            self.update_targets(target.variables, critic.variables, self.tau)
 
     @no_autograph
     def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
@@ -168,5 +170,5 @@ class DDPG(OffPolicyAgent):
         if self.policy_delay == 1:
             return dict(critic_loss=critic_loss, actor_loss=self.actor_step(obs))
         actor_loss = tf.cond(self.updates % self.policy_delay == 0, lambda: self.actor_step(obs),
-                             lambda: tf.constant(0.0))
+                             self.metric_zero)
         return dict(critic_loss=critic_loss, actor_loss=actor_loss)

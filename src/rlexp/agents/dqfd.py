@@ -53,6 +53,8 @@ class DQfD(DQN):
             pre-trained network acts well already).
     """
 
+    population_support = False  # demonstrations and n-step replay: not per member yet
+
     metric_names = ("loss", "td_loss", "n_step_loss", "supervised_loss")
 
     def __init__(self, envs, model=None, buffer=None, *, demos: str | None = None, demo_memory_capacity: int = 10000,

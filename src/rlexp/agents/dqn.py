@@ -5,7 +5,7 @@ import numpy as np
 import tensorflow as tf
 
 from rlexp.agents.distributions import no_autograph
-from rlexp.agents.off_policy import OffPolicyAgent, hard_update
+from rlexp.agents.off_policy import OffPolicyAgent
 
 
 @no_autograph
@@ -52,6 +52,8 @@ class DQN(OffPolicyAgent):
     metric_names = ("loss",)
     random_warmup = False
     prioritized_replay = True
+    population_support = True
+    member_keys = ("lr", "gamma")
     default_models = {"image": "nature_cnn", "vector": "mlp_large"}  # RL Zoo's net_arch [256, 256]
 
     def __init__(self, envs, model=None, buffer=None, *, double: bool = False, epsilon_start: float = 1.0,
@@ -76,9 +78,10 @@ class DQN(OffPolicyAgent):
         self._collect_fn = tf.function(self._collect)
         from rlexp.models.numpy_mirror import NumpyModel
 
-        self._mirror = NumpyModel.mirror(self.model) if self.numpy_acting else None
+        # a population's stacked Q-networks act in TensorFlow (the same actions as each member's NumPy mirror)
+        self._mirror = NumpyModel.mirror(self.model) if self.numpy_acting and self.members is None else None
         self._draws_fn = tf.function(self._exploration_noise)
-        self._sync_fn = tf.function(lambda: hard_update(self.target.variables, self.model.variables))
+        self._sync_fn = tf.function(lambda: self.copy_targets(self.target.variables, self.model.variables))
 
     def models(self):
         return {"model": self.model, "target": self.target}
@@ -116,9 +119,11 @@ class DQN(OffPolicyAgent):
     @no_autograph
     def _exploration_noise(self, n_steps: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
         """`n_steps` steps of random actions and uniform draws (explore where draw < epsilon), from `tf_rng`
-        in two calls: one per step cost ~23 µs of TensorFlow's loop overhead per env step."""
-        random = self.tf_rng.uniform([n_steps, self.n_envs], 0, self.n_actions, dtype=tf.int64)
-        return random, self.tf_rng.uniform([n_steps, self.n_envs])
+        in two calls: one per step cost ~23 µs of TensorFlow's loop overhead per env step. A population's
+        members each draw their envs' columns from their own generators."""
+        per_member = {} if self.members is None else {"axis": 1}
+        random = self.tf_rng.uniform([n_steps, self.n_envs], 0, self.n_actions, dtype=tf.int64, **per_member)
+        return random, self.tf_rng.uniform([n_steps, self.n_envs], **per_member)
 
     def _collect(self, obs: tf.Tensor, epsilon: tf.Tensor) -> tf.Tensor:
         randoms, draws = self._exploration_noise(self.train_freq)
@@ -147,7 +152,8 @@ class DQN(OffPolicyAgent):
         """Q(s, a) minus the (Double) DQN target, per row."""
         next_q_target = self.target(next_obs)
         next_q_online = self.model(next_obs) if self.double else None
-        targets = tf.stop_gradient(q_targets(rewards, terminated, next_q_target, self.gamma, next_q_online))
+        gamma = self.per_row(self.gamma, rewards)
+        targets = tf.stop_gradient(q_targets(rewards, terminated, next_q_target, gamma, next_q_online))
         taken = tf.one_hot(tf.cast(actions, tf.int32), self.n_actions)  # Q(s, a): fewer ops than a gather
         return tf.reduce_sum(self.model(obs) * taken, axis=-1) - targets
 
@@ -161,7 +167,7 @@ class DQN(OffPolicyAgent):
     def _loss_and_errors(self, obs, actions, rewards, next_obs, terminated, weights=None):
         errors = self.td_errors(obs, actions, rewards, next_obs, terminated)
         losses = huber(errors)
-        return tf.reduce_mean(losses if weights is None else weights * losses), errors
+        return self.row_mean(losses if weights is None else weights * losses), errors
 
     @no_autograph
     def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
@@ -181,10 +187,7 @@ class DQN(OffPolicyAgent):
         variables = self.model.trainable_variables
         with tf.GradientTape() as tape:
             loss, errors = self._loss_and_errors(obs, actions, rewards, next_obs, terminated, weights)
-        grads = tape.gradient(loss, variables)
-        if self.grad_norm is not None:
-            grads, _ = tf.clip_by_global_norm(grads, self.grad_norm)
-        self.optimizer.apply_gradients(zip(grads, variables))
+        self.optimizer_step(self.optimizer, tape.gradient(loss, variables), variables, self.grad_norm)
         return loss, errors
 
     def can_learn(self) -> bool:

@@ -84,14 +84,19 @@ class OffPolicyAgent(Agent):
         self.batch_parts = 2 if two_threads and self.row_blocks else 1
         super().__init__(envs, model, buffer, **kwargs)
         if self.gradient_steps == -1:
-            self.gradient_steps = self.train_freq * self.n_envs
+            self.gradient_steps = self.train_freq * self.member_envs
+
+    @property
+    def update_rows(self) -> int:
+        """Rows of one update's batch: `batch_size`, a population's members' batches one after the other."""
+        return self.buffer.batch_size * (1 if self.members is None else self.members.count)
 
     # ----- to implement in algorithms ---------------------------------------------------------------
     def first_update_step(self) -> int:
         initial = self.buffer.initial_size
         if self.random_warmup:  # the warm-up (whole vector steps) fills the buffer; the next iteration learns
-            return -(-initial // self.n_envs) * self.n_envs + 1
-        collected = self.train_freq * self.n_envs  # per iteration; the one that fills the buffer learns
+            return -(-initial // self.member_envs) * self.member_envs + 1
+        collected = self.train_freq * self.member_envs  # per iteration; the one that fills the buffer learns
         return (-(-initial // collected) - 1) * collected + 1
 
     def explore(self, obs: tf.Tensor) -> tf.Tensor:
@@ -116,10 +121,16 @@ class OffPolicyAgent(Agent):
         return self.action_low + (actions + 1.0) * self._half_range
 
     def random_actions(self) -> np.ndarray:
-        """Uniform random actions for the warm-up, one per env, in the agent's units."""
+        """Uniform random actions for the warm-up, one per env, in the agent's units (a population's: each
+        member's drawn by its own generator)."""
+        if self.members is not None:
+            return np.concatenate([self._random_actions(rng, self.members.envs) for rng in self.member_rngs])
+        return self._random_actions(self.rng, self.n_envs)
+
+    def _random_actions(self, rng: np.random.Generator, n: int) -> np.ndarray:
         if self.action_kind == "continuous":
-            return self.rng.uniform(-1, 1, (self.n_envs, self.n_actions)).astype(np.float32)
-        return self.rng.integers(0, self.n_actions, self.n_envs)
+            return rng.uniform(-1, 1, (n, self.n_actions)).astype(np.float32)
+        return rng.integers(0, self.n_actions, n)
 
     @no_autograph
     def in_row_blocks(self, model: tf.keras.Model, x: tf.Tensor) -> tf.Tensor:
@@ -128,6 +139,27 @@ class OffPolicyAgent(Agent):
         if self.batch_parts < 2 or rows is None or rows < 2 * self.MIN_PART_ROWS or rows % self.batch_parts:
             return model(x)
         return tf.concat([model(part) for part in tf.split(x, self.batch_parts)], axis=0)
+
+    # ----- target networks (a population's: each member's own rate; a stopped member's targets stay) ----------
+    @no_autograph
+    def update_targets(self, targets: list[tf.Variable], sources: list[tf.Variable], tau) -> None:
+        """Polyak averaging of `targets` towards `sources` at rate `tau` (a population's: each member's `tau`)."""
+        if self.members is None:
+            soft_update(targets, sources, tau)
+            return
+        rate = tau * self.members.active
+        for target, source in zip(targets, sources):
+            member_rate = tf.reshape(rate, [self.members.count] + [1] * (target.shape.rank - 1))
+            target.assign(member_rate * source + (1.0 - member_rate) * target)
+
+    @no_autograph
+    def copy_targets(self, targets: list[tf.Variable], sources: list[tf.Variable]) -> list:
+        """Copy `sources` into `targets` (a population's: for the members still training)."""
+        if self.members is None:
+            return hard_update(targets, sources)
+        active = self.members.active > 0
+        return [target.assign(tf.where(tf.reshape(active, [self.members.count] + [1] * (target.shape.rank - 1)),
+                                       source, target)) for target, source in zip(targets, sources)]
 
     # ----- the replay buffer ------------------------------------------------------------------------
     def _state(self) -> dict[str, Any]:
@@ -183,8 +215,11 @@ class OffPolicyAgent(Agent):
         """With `steps_in_graph`, move a NumPy `ReplayBuffer` into TF variables (once the random warm-up,
         stepped in Python at 26 µs a step against 66 µs in a graph, has filled it)."""
         from rlexp.buffers import GraphReplayBuffer, ReplayBuffer
+        from rlexp.buffers.members import MemberGraphReplayBuffer, MemberReplayBuffers
 
-        if self.steps_in_graph and type(self.buffer) is ReplayBuffer:
+        if self.steps_in_graph and type(self.buffer) is MemberReplayBuffers:
+            self.buffer = MemberGraphReplayBuffer(self.buffer)
+        elif self.steps_in_graph and type(self.buffer) is ReplayBuffer:
             buffer = GraphReplayBuffer.like(self.buffer)
             buffer.load_state_dict(self.buffer.state_dict())
             buffer.rng, self.buffer = self.rng, buffer
@@ -195,7 +230,7 @@ class OffPolicyAgent(Agent):
         """An update on each consecutive `batch_size` slice of `batch` (`gradient_steps` of them from
         `learn_from_replay`); the mean metrics. A `tf.while_loop`, not AutoGraph (whose conversion was most of
         the first call's trace)."""
-        size = self.buffer.batch_size
+        size = self.update_rows
         batch = {k: tf.reshape(v, [-1, size, *v.shape[1:]]) for k, v in batch.items()}  # one row per step
         steps = next(iter(batch.values())).shape[0]
 
@@ -203,7 +238,7 @@ class OffPolicyAgent(Agent):
             metrics = self.update_batch({k: tf.gather(v, g) for k, v in batch.items()})
             return g + 1, {k: totals[k] + metrics[k] for k in totals}
 
-        totals = {k: tf.constant(0.0) for k in self.metric_names}
+        totals = {k: self.metric_zero() for k in self.metric_names}
         _, totals = tf.while_loop(lambda g, *_: g < steps, gradient_step, (tf.constant(0), totals))
         return {k: v / float(steps) for k, v in totals.items()}
 
@@ -217,7 +252,7 @@ class OffPolicyAgent(Agent):
         """`_gradient_steps` on a batch, in one graph call; the mean metrics."""
         if not hasattr(self, "_update_fn"):
             self._update_fn = tf.function(self._gradient_steps, autograph=False)
-        return {k: float(v) for k, v in self._update_fn(batch).items()}
+        return self.metric_values(self._update_fn(batch))
 
     def learn_from_replay(self) -> dict[str, float]:
         """One update phase outside the fused loop: `gradient_steps` updates on batches from the buffer
@@ -332,11 +367,12 @@ class OffPolicyAgent(Agent):
         step's transitions (TF does not order two numpy_functions by itself), and one call costs less than two."""
         action_shape = (self.n_actions,) if self.action_kind == "continuous" else ()
         shapes = [self.obs_shape, action_shape, (), self.obs_shape, ()]
-        rows = self.gradient_steps * self.buffer.batch_size
+        rows = self.gradient_steps * self.buffer.batch_size  # each member's
         actions = self.explore(obs) if actions is None else actions
         if self.steps_in_graph:
             return self._graph_step(obs, actions), self.buffer.graph_sample(rows, self.tf_rng)
         next_obs, batch = self._numpy_step_in_graph(obs, actions, sample=True)
+        rows = self.gradient_steps * self.update_rows
         return next_obs, [tf.reshape(x, (rows, *shape)) for x, shape in zip(batch, shapes)]
 
     # The loops below are written with tf.while_loop, not AutoGraph: converting them (and the steps they
@@ -344,7 +380,7 @@ class OffPolicyAgent(Agent):
     @no_autograph
     def _train_cycles(self, obs: tf.Tensor, cycles: tf.Tensor) -> dict[str, tf.Tensor]:
         """`cycles` x (train_freq exploratory env steps, then gradient_steps updates) in one graph call."""
-        size = self.buffer.batch_size
+        size = self.update_rows
 
         def env_step(i, obs):
             return i + 1, self._env_step(obs)
@@ -362,7 +398,7 @@ class OffPolicyAgent(Agent):
             _, totals = tf.while_loop(lambda g, _: g < self.gradient_steps, update, (tf.constant(0), totals))
             return i + 1, obs, totals
 
-        totals = {k: tf.constant(0.0) for k in self.metric_names}
+        totals = {k: self.metric_zero() for k in self.metric_names}
         _, obs, totals = tf.while_loop(lambda i, *_: i < cycles, cycle, (tf.constant(0), obs, totals))
         n = tf.cast(tf.maximum(cycles * self.gradient_steps, 1), tf.float32)
         return {k: v / n for k, v in totals.items()} | {"obs": obs}
@@ -400,7 +436,7 @@ class OffPolicyAgent(Agent):
                 critic_loss += critic_step(*batch)
             return i + 1, obs, critic_loss, actor_loss + actor_step(batch[0], target_updates=False)
 
-        zero = tf.constant(0.0)
+        zero = self.metric_zero()
         loop_vars = (tf.constant(0), obs, zero, zero)
         _, obs, critic_loss, actor_loss = tf.while_loop(lambda i, *_: i < groups, group, loop_vars)
         with tf.control_dependencies([critic_loss, actor_loss]):  # the last group's target updates
@@ -413,8 +449,8 @@ class OffPolicyAgent(Agent):
         (SB3's learning_starts: the first update follows the next env step, on batches drawn with replacement
         from what the buffer holds, even if fewer than batch_size), stopping at max_steps or the next evaluation
         (`steps_left`, in whole vector steps)."""
-        n = min(-(-(self.buffer.initial_size - self.buffer.size) // self.n_envs), 1000,
-                max(-(-self.steps_left() // self.n_envs), 1))
+        envs = self.member_envs  # a population's steps are each member's
+        n = min(-(-(self.buffer.initial_size - self.buffer.size) // envs), 1000, max(-(-self.steps_left() // envs), 1))
         for _ in range(n):
             self._obs = self._numpy_step(self._obs, self.random_actions())
 
@@ -428,7 +464,7 @@ class OffPolicyAgent(Agent):
             self._update_step_fn = tf.function(self.update_step, jit_compile=self.jit_compile, autograph=False)
             self._train_fn = tf.function(self._train_cycles, autograph=False)
             self._groups_fn = tf.function(self._train_groups, autograph=False)
-        per_cycle = self.train_freq * self.n_envs
+        per_cycle = self.train_freq * self.member_envs
         cycles = max(1, min(self.STEPS_PER_CALL, remaining) // per_cycle)
         train_fn, count = self._train_fn, cycles
         if self.grouped_updates and self.train_freq == 1 and self.gradient_steps == 1:
@@ -437,5 +473,12 @@ class OffPolicyAgent(Agent):
                 train_fn, count = self._groups_fn, cycles // self.policy_delay
             elif lag:  # realign after a resume between two actor steps
                 count = min(cycles, lag)
-        return {k: float(v) for k, v in self.call_graph_loop(
-            train_fn, tf.constant(count), max_steps=max(self.STEPS_PER_CALL // self.n_envs, self.train_freq)).items()}
+        metrics = self.call_graph_loop(train_fn, tf.constant(count),
+                                       max_steps=max(self.STEPS_PER_CALL // self.member_envs, self.train_freq))
+        return self.metric_values(metrics)
+
+    def metric_values(self, metrics: dict[str, tf.Tensor]) -> dict[str, float | np.ndarray]:
+        """A graph call's metrics as Python floats (a population's: one per member)."""
+        if self.members is not None:
+            return {k: v.numpy() for k, v in metrics.items()}
+        return {k: float(v) for k, v in metrics.items()}

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 import tensorflow as tf
 
 from rlexp.agents import distributions as D
 from rlexp.agents.distributions import no_autograph
-from rlexp.agents.off_policy import OffPolicyAgent, soft_update
+from rlexp.agents.off_policy import OffPolicyAgent
 from rlexp.errors import UserError
 
 LOG_STD_MIN, LOG_STD_MAX = -20.0, 2.0
@@ -46,6 +47,8 @@ class SAC(OffPolicyAgent):
     action_spaces = ("continuous",)
     default_models = {"image": "nature_cnn", "vector": "mlp_large"}
     grouped_updates = True
+    population_support = True
+    member_keys = ("lr", "gamma", "tau")
     auto_bfloat16 = True  # bfloat16 vs float32, same seeds: benchmarks/results/learning.md
 
     def __init__(self, envs, model=None, buffer=None, *, tau: float = 0.005, lr: float = 3e-4,
@@ -88,7 +91,8 @@ class SAC(OffPolicyAgent):
         self.critics, self.target_critics = critics("critic"), critics("target_critic")
         for target, critic in zip(self.target_critics, self.critics):
             target.set_weights(critic.get_weights())
-        self.log_ent_coef = tf.Variable(self.initial_log_ent_coef, name="log_ent_coef")
+        members = [] if self.members is None else [self.members.count]  # a population's: one per member
+        self.log_ent_coef = tf.Variable(tf.fill(members, self.initial_log_ent_coef), name="log_ent_coef")
         self.actor_optimizer, self.critic_optimizer = self.make_optimizer(), self.make_optimizer()
         self.actor_optimizer.build(self.trainable_variables("actor"))
         self.critic_optimizer.build(self.trainable_variables("critic"))
@@ -183,7 +187,8 @@ class SAC(OffPolicyAgent):
         """r + gamma * (1 - terminated) * (min_i Q'_i(s', a') - ent_coef * log pi(a'|s')), a' ~ pi(s')."""
         next_actions, next_log_prob = self.sample(next_obs)
         next_q = tf.minimum(*[self.q(c, next_obs, next_actions) for c in self.target_critics])
-        return rewards + self.gamma * (1.0 - terminated) * (next_q - ent_coef * next_log_prob)
+        entropy_term = self.per_row(ent_coef, next_log_prob) * next_log_prob
+        return rewards + self.per_row(self.gamma, rewards) * (1.0 - terminated) * (next_q - entropy_term)
 
     @no_autograph
     def critic_step(self, obs, actions, rewards, next_obs, terminated) -> tf.Tensor:
@@ -192,8 +197,8 @@ class SAC(OffPolicyAgent):
         targets = tf.stop_gradient(self.critic_targets(rewards, next_obs, terminated, ent_coef))
         variables = self.trainable_variables("critic")
         with tf.GradientTape() as tape:
-            loss = 0.5 * tf.add_n([tf.reduce_mean(tf.square(self.q(c, obs, actions) - targets)) for c in self.critics])
-        self.critic_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            loss = 0.5 * tf.add_n([self.row_mean(tf.square(self.q(c, obs, actions) - targets)) for c in self.critics])
+        self.optimizer_step(self.critic_optimizer, tape.gradient(loss, variables), variables)
         self.updates.assign_add(1)
         return loss
 
@@ -207,13 +212,14 @@ class SAC(OffPolicyAgent):
         with tf.GradientTape() as tape:
             actions, log_prob = self.sample(obs)
             q = tf.minimum(*[self.q(c, obs, actions) for c in self.critics])
-            loss = tf.reduce_mean(ent_coef * log_prob - q)
-        self.actor_optimizer.apply_gradients(zip(tape.gradient(loss, variables), variables))
+            loss = self.row_mean(self.per_row(ent_coef, log_prob) * log_prob - q)
+        self.optimizer_step(self.actor_optimizer, tape.gradient(loss, variables), variables)
         if self.learn_ent_coef:
             with tf.GradientTape() as tape:
-                ent_coef_loss = -tf.reduce_mean(self.log_ent_coef * tf.stop_gradient(log_prob + self.target_entropy))
-            self.ent_coef_optimizer.apply_gradients([(tape.gradient(ent_coef_loss, self.log_ent_coef),
-                                                      self.log_ent_coef)])
+                log_ent_coef = self.per_row(self.log_ent_coef, log_prob)
+                ent_coef_loss = -self.row_mean(log_ent_coef * tf.stop_gradient(log_prob + self.target_entropy))
+            grads = [tape.gradient(ent_coef_loss, self.log_ent_coef)]
+            self.optimizer_step(self.ent_coef_optimizer, grads, [self.log_ent_coef])
         if target_updates:
             self.target_updates()
         return loss
@@ -221,7 +227,7 @@ class SAC(OffPolicyAgent):
     @no_autograph
     def target_updates(self) -> None:
         for target, critic in zip(self.target_critics, self.critics):
-            soft_update(target.variables, critic.variables, self.tau)
+            self.update_targets(target.variables, critic.variables, self.tau)
 
     @no_autograph
     def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
@@ -230,4 +236,7 @@ class SAC(OffPolicyAgent):
 
     def train_iteration(self) -> dict[str, float]:
         metrics = super().train_iteration()
-        return metrics | ({"ent_coef": math.exp(float(self.log_ent_coef.numpy()))} if metrics else {})
+        if not metrics:
+            return metrics
+        ent_coef = np.exp(np.asarray(self.log_ent_coef.numpy(), np.float64))  # a population's: one per member
+        return metrics | {"ent_coef": float(ent_coef) if ent_coef.ndim == 0 else ent_coef}

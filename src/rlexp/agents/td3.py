@@ -24,6 +24,7 @@ class TD3(DDPG):
     """
 
     n_critics = 2
+    member_keys = DDPG.member_keys + ("policy_noise_coef",)
     # float32 under run.mixed_precision=auto: in bfloat16 RL Zoo's LunarLanderContinuous row learned worse on the same
     # seeds (benchmarks/results/learning.md, "bfloat16 against float32"), though Pendulum and HalfCheetah matched
     auto_bfloat16 = False
@@ -38,7 +39,8 @@ class TD3(DDPG):
     def critic_targets(self, rewards, next_obs, terminated):
         """r + gamma * (1 - terminated) * min_i Q'_i(s', smoothed mu'(s'))."""
         target_actions = self.unit_action(next_obs, self.target_actor)
-        noise = self.policy_noise_coef * self.tf_rng.normal(tf.shape(target_actions))
+        draws = self.tf_rng.normal(tf.shape(target_actions))
+        noise = self.per_row(self.policy_noise_coef, draws) * draws
         next_actions = smoothed_target_actions(target_actions, noise, self.noise_clip)
         next_q = [self.q(c, next_obs, next_actions) for c in self.target_critics]
-        return rewards + self.gamma * (1.0 - terminated) * tf.reduce_min(tf.stack(next_q), axis=0)
+        return rewards + self.per_row(self.gamma, rewards) * (1.0 - terminated) * tf.reduce_min(tf.stack(next_q), axis=0)

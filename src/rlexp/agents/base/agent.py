@@ -147,6 +147,8 @@ class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
             self.members, self._member_random = population_members(type(self), envs, seed, seeds,
                                                                     vars(self) | locals())
             seed = self.members.seeds[0]
+            if buffer is not None:  # each member's own replay, sampled by its own generator
+                buffer = self.member_buffer(buffer)
         if seed is not None:  # Keras initialisers, Python's and NumPy's generators, deterministic ops (as the CLI)
             import keras
 
@@ -235,7 +237,7 @@ class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
             from rlexp.agents.base.members import MemberGenerators
 
             self.tf_rng = MemberGenerators(self.members.seeds)
-        if buffer is not None:
+        if buffer is not None and self.members is None:
             buffer.rng = self.rng
 
         # progress state (saved in checkpoints)

@@ -27,16 +27,17 @@ class MemberGenerators:
     def __init__(self, seeds: Sequence[int]) -> None:
         self.generators = [tf.random.Generator.from_seed(int(seed)) for seed in seeds]
 
-    def _draw(self, method: str, shape, **kwargs) -> tf.Tensor:
+    def _draw(self, method: str, shape, axis: int = 0, **kwargs) -> tf.Tensor:
         shape = tf.convert_to_tensor(shape)
-        per_member = tf.concat([[shape[0] // len(self.generators)], shape[1:]], 0)
-        return tf.concat([getattr(g, method)(per_member, **kwargs) for g in self.generators], 0)
+        per_member = tf.tensor_scatter_nd_update(shape, [[axis]], [shape[axis] // len(self.generators)])
+        return tf.concat([getattr(g, method)(per_member, **kwargs) for g in self.generators], axis)
 
-    def uniform(self, shape, minval=0, maxval=None, dtype=tf.float32, name=None) -> tf.Tensor:
-        return self._draw("uniform", shape, minval=minval, maxval=maxval, dtype=dtype)
+    def uniform(self, shape, minval=0, maxval=None, dtype=tf.float32, name=None, axis: int = 0) -> tf.Tensor:
+        """`tf.random.Generator.uniform`; `axis`: the member axis (the rows, by default)."""
+        return self._draw("uniform", shape, axis, minval=minval, maxval=maxval, dtype=dtype)
 
-    def normal(self, shape, mean=0.0, stddev=1.0, dtype=tf.float32, name=None) -> tf.Tensor:
-        return self._draw("normal", shape, mean=mean, stddev=stddev, dtype=dtype)
+    def normal(self, shape, mean=0.0, stddev=1.0, dtype=tf.float32, name=None, axis: int = 0) -> tf.Tensor:
+        return self._draw("normal", shape, axis, mean=mean, stddev=stddev, dtype=dtype)
 
     @property
     def state(self) -> tf.Tensor:

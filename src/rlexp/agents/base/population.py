@@ -18,13 +18,16 @@ from typing import Any, Callable, Mapping, Sequence
 
 import numpy as np
 
+from rlexp.agents.base.member_checkpoints import MemberCheckpoints
+from rlexp.agents.distributions import no_autograph
 from rlexp.errors import UserError
 from rlexp.runs.history import History
 
 log = logging.getLogger("rlexp")
 
-SUPPORTED = "PPO, A2C, VPG and TRPO with dense models on vector observations (float32, no obs/reward normalisation, no gSDE)"
-MEMBER_RANGES = {"lr": (0.0, 1.0, False), "gamma": (0.0, 1.0, False), "lam": (0.0, 1.0, True),
+SUPPORTED = ("PPO, A2C, VPG, TRPO, DQN, DDPG, TD3 and SAC with dense models on vector observations (float32, uniform "
+             "replay, no obs/reward normalisation, no gSDE)")
+MEMBER_RANGES = {"lr": (0.0, 1.0, False), "gamma": (0.0, 1.0, False), "lam": (0.0, 1.0, True), "tau": (0.0, 1.0, False),
                  "clip_norm": (0.0, math.inf, False)}  # (low, high, low included); others: >= 0
 
 
@@ -116,8 +119,10 @@ class MemberRecord:
         return float(np.mean(self.rewards)) if self.rewards else -math.inf
 
 
-class PopulationLoop:
+class PopulationLoop(MemberCheckpoints):
     """`Agent`'s population part: stacked models, the members' bookkeeping, checkpoints and `fit_population`."""
+
+    column_keys: tuple[str, ...] = ()  # member values a rollout reads per env column (on-policy: gamma, lam)
 
     def stacked_model(self, make: Callable[[], Any], name: str):
         """`make()` once per member, with the member's Python random state (its single run's initial weights),
@@ -132,6 +137,18 @@ class PopulationLoop:
             self._member_random[i] = random.getstate()
         random.setstate(outer)
         return stack_models(models, name)
+
+    def member_buffer(self, buffer: Any):
+        """The members' replay: N buffers of `buffer`'s sizes, member n's sampled (and its warm-up actions drawn) by
+        `member_rngs[n]`, the NumPy generator its single run seeds with its seed."""
+        from rlexp.buffers import GraphReplayBuffer, ReplayBuffer
+        from rlexp.buffers.members import MemberReplayBuffers
+
+        if type(buffer) not in (ReplayBuffer, GraphReplayBuffer):
+            raise UserError(f"run.seeds: a population's members replay from uniform buffers, not "
+                            f"{type(buffer).__name__}; populations train {SUPPORTED}")
+        self.member_rngs = [np.random.default_rng(seed) for seed in self.members.seeds]
+        return MemberReplayBuffers(buffer, self.member_rngs)
 
     # ----- the member axis in losses (a single run's own reductions where there is no population) ----------
     def row_mean(self, x):
@@ -151,10 +168,14 @@ class PopulationLoop:
 
     def per_row(self, value, rows):
         """A hyperparameter for each row of `rows`: a per-member value ([N] tensor) repeated for its members' rows;
-        a value all share as it is."""
+        a value all share as it is. Shaped to multiply `rows`."""
+        import tensorflow as tf
+
         if self.members is None or len(getattr(value, "shape", ())) == 0:
             return value
-        return self.member_rows(value, rows)
+        repeated = self.member_rows(value, rows)
+        rank = rows.shape.rank
+        return repeated if rank == 1 else tf.reshape(repeated, [-1] + [1] * (rank - 1))
 
     def apply_member_values(self, values: Mapping[str, Sequence[float]]) -> None:
         """Hyperparameters that differ between members (`member_keys`): learning rate, discount and GAE lambda per
@@ -190,10 +211,57 @@ class PopulationLoop:
             if key == "lr":
                 self.lr = float(array.max())  # the schedules' base; each member's steps scaled to its own rate
                 self.members.lr_scale = tf.constant(array / array.max())
-            elif key in ("gamma", "lam"):  # per env column
+            elif key in self.column_keys:  # per env column
                 setattr(self, key, tf.constant(np.repeat(array, self.members.envs)))
             else:  # per member
                 setattr(self, key, tf.constant(array))
+
+    @no_autograph
+    def optimizer_step(self, optimizer, grads: list, variables: list, grad_norm: float | None = None) -> None:
+        """`optimizer`'s step on `grads`, clipped to the global norm `grad_norm` (None: not clipped): a single
+        run's, or each member's own (`members_minimize`)."""
+        import tensorflow as tf
+
+        if self.members is not None:
+            self.members_minimize(grads, variables, grad_norm, optimizer)
+            return
+        if grad_norm is not None:
+            grads, _ = tf.clip_by_global_norm(grads, grad_norm)
+        optimizer.apply_gradients(zip(grads, variables))
+
+    @no_autograph
+    def members_minimize(self, grads: list[tf.Tensor], variables: list[tf.Variable], grad_norm: float | None,
+                         optimizer=None) -> None:
+        """A population's step of `optimizer` (default: the model's): each member's gradients clipped to its own
+        norm; a member that has stopped keeps its weights and optimizer state (restored after the step, only while
+        one has stopped)."""
+        import tensorflow as tf
+
+        optimizer = optimizer or self.optimizer
+        if grad_norm is not None:
+            grads = self.members.clip_gradients(grads, grad_norm)
+
+        def step_then_0():
+            if self.members.lr_scale is None:
+                optimizer.apply_gradients(zip(grads, variables))
+                return tf.constant(0)
+            before = [tf.identity(tf.convert_to_tensor(v)) for v in variables]
+            with tf.control_dependencies(before):
+                optimizer.apply_gradients(zip(grads, variables))
+            self.members.scale_steps(variables, before)
+            return tf.constant(0)
+
+        def masked_step_then_0():
+            kept = list(variables) + [v for v in optimizer.variables if len(v.shape)]
+            before = [tf.identity(tf.convert_to_tensor(v)) for v in kept]
+            with tf.control_dependencies(before):
+                optimizer.apply_gradients(zip(grads, variables))
+            if self.members.lr_scale is not None:
+                self.members.scale_steps(variables, before[:len(variables)])
+            self.members.keep_stopped(kept, before)
+            return tf.constant(0)
+
+        tf.cond(tf.reduce_all(self.members.active > 0), step_then_0, masked_step_then_0)
 
     def metric_zero(self):
         """A zero shaped as one loss term: a scalar, or one per member."""
@@ -210,126 +278,10 @@ class PopulationLoop:
             return x
         return tf.repeat(x, tf.shape(rows)[0] // self.members.count, axis=0)
 
-    # ----- member checkpoints: each an ordinary single run's checkpoint ------------------------------------
     def member_records(self) -> list[MemberRecord]:
         if not hasattr(self, "_records"):
             self._records = [MemberRecord(s, self.reward_buffer_size) for s in self.members.seeds]
         return self._records
-
-    def _slice(self, value: np.ndarray, member: int) -> np.ndarray:
-        value = np.asarray(value)
-        return value[member] if value.ndim else value
-
-    def save_member(self, member: int, path: str | Path, full: bool = True, keep_previous: bool = False) -> None:
-        """Member `member`'s checkpoint, as its single run writes it (rlexp.agents.base.checkpointing)."""
-        import json
-
-        from rlexp.runs.checkpoints import PREVIOUS
-        from rlexp.runs.files import write_atomic
-
-        record = self.member_records()[member]
-        arrays: dict[str, np.ndarray] = {}
-        for name, model in self.models().items():
-            for i, w in enumerate(model.get_weights()):
-                arrays[f"model/{name}/{i}"] = w[member]
-        for name, var in self.extra_variables().items():
-            arrays[f"var/{name}"] = self._slice(var.numpy(), member)
-        for k, v in self.normalizer.state_dict().items():
-            arrays[f"normalizer/{k}"] = v
-        if full:
-            for name, opt in self.optimizers().items():
-                for i, v in enumerate(opt.variables):
-                    arrays[f"opt/{name}/{i}"] = self._slice(v.numpy(), member)
-            arrays["tf_rng"] = self.tf_rng.generators[member].state.numpy()
-            for k, v in record.history.rows.items():
-                arrays[f"history/{k}"] = np.asarray(v)
-        state = dict(agent=type(self).__name__, steps=record.steps, episodes=record.episodes,
-                     train_time=record.train_time, best_reward=record.best_reward, rewards=list(record.rewards),
-                     lr_scale=1.0, adaptive_scale=1.0, plateau_count=0, early_stop_count=0,
-                     rng=self.rng.bit_generator.state, config=self.member_config(member),
-                     observation_shape=list(self.obs_shape), n_actions=self.n_actions, full=full,
-                     population=dict(seeds=self.members.seeds, member=member, reason=record.reason))
-        arrays["state"] = np.frombuffer(json.dumps(state, default=float).encode(), np.uint8)
-        keep = Path(path).with_name(PREVIOUS) if keep_previous else None
-        write_atomic(path, lambda f: np.savez(f, **arrays), keep=keep)
-        if full:
-            record.history.flush()
-
-    def member_config(self, member: int) -> dict[str, Any]:
-        """The run config a member's checkpoint records: the population's, with the member's own seed."""
-        config = dict(getattr(self, "config", {}) or {})
-        if config:
-            config["seed"] = self.members.seeds[member]
-            config["run"] = dict(config.get("run") or {}) | {"seeds": None, "members": None}  # resumed alone: a run
-            config["agent"] = dict(config.get("agent") or {}) | {
-                key: values[member] for key, values in getattr(self, "member_values", {}).items()}
-        return config
-
-    def load_member(self, member: int, path: str | Path) -> dict[str, Any]:
-        """Restore member `member` from its full checkpoint (a population's resume: every member from its own)."""
-        from rlexp.runs.checkpoints import read_arrays, read_state
-
-        state = read_state(path)
-        if state.get("agent") != type(self).__name__ or not state.get("full"):
-            raise UserError(f"checkpoint {path} is not a full {type(self).__name__} checkpoint")
-        data = read_arrays(path)
-
-        def put(variable, value) -> None:
-            full = np.array(variable.numpy())
-            if full.ndim:
-                full[member] = value
-            else:
-                full = value
-            variable.assign(full)
-
-        for name, model in self.models().items():
-            for i, variable in enumerate(model.weights):
-                put(variable, data[f"model/{name}/{i}"])
-        for name, var in self.extra_variables().items():
-            put(var, data[f"var/{name}"])
-        for name, opt in self.optimizers().items():
-            for i, v in enumerate(opt.variables):
-                if len(v.shape):
-                    put(v, data[f"opt/{name}/{i}"])
-                elif member == 0:
-                    v.assign(data[f"opt/{name}/{i}"])
-        self.tf_rng.generators[member].reset(data["tf_rng"])
-        record = self.member_records()[member]
-        record.steps, record.episodes = int(state["steps"]), int(state["episodes"])
-        record.train_time, record.best_reward = float(state["train_time"]), float(state["best_reward"])
-        record.rewards.clear()
-        record.rewards.extend(state["rewards"])
-        reason = (state.get("population") or {}).get("reason")  # stopped for good, or to go on
-        record.reason = reason if reason == "target_reward" or str(reason).startswith("diverged") else None
-        rows = {k[8:]: data[k].tolist() for k in data if k.startswith("history/")}
-        if rows:
-            record.history.replace(rows)
-            record.history._flushed = -1
-        return state
-
-    def resume_population(self, paths: Sequence[str | Path]) -> None:
-        """Every member from its last checkpoint; the population goes on from their step (the same for all that
-        train on), with new episodes as a single run's resume starts them."""
-        from rlexp.runs.checkpoints import PREVIOUS, is_complete, read_state
-
-        paths = [Path(p) for p in paths]
-        steps = [int(read_state(p)["steps"]) for p in paths]
-        common = min(steps)
-        for member, (path, step) in enumerate(zip(paths, steps)):
-            if step > common:  # saved after the kill's victims: its previous save is the others' step
-                previous = path.with_name(PREVIOUS)
-                if not is_complete(previous) or int(read_state(previous)["steps"]) != common:
-                    raise UserError(f"{path} is at step {step:,} and the population's other members at {common:,}, "
-                                    f"with no checkpoint of this member at that step; resume the members one by one "
-                                    f"(+resume=<member dir>)")
-                paths[member] = previous
-        for member, path in enumerate(paths):
-            self.load_member(member, path)
-        records = self.member_records()
-        self.steps = max(r.steps for r in records)
-        self.members.active.assign([0.0 if r.reason else 1.0 for r in records])
-        seeds = [int(np.random.SeedSequence([s, self.steps]).generate_state(1)[0]) for s in self.members.seeds]
-        self._obs = self._reset_envs(seeds, update_statistics=False)
 
     # ----- training ------------------------------------------------------------------------------------
     def _record_member_episodes(self, elapsed: float) -> list[int]:
@@ -450,10 +402,12 @@ class PopulationLoop:
                     last_flush = now
         summaries = []
         for i, record in enumerate(records):
-            if record.reason is None:
+            ending = record.reason is None  # a member stopped before was saved as it stopped (its replay too)
+            if ending:
                 record.reason = "interrupted" if stop[0] and self.steps < self.max_steps else "max_steps"
             if record.run_dir is not None:
-                self.save_member(i, record.run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
+                if ending:
+                    self.save_member(i, record.run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
                 if len(record.history):
                     plot_history({record.run_dir.name: record.history.columns()}, record.run_dir / "history.png")
             summaries.append(dict(seed=record.seed, steps=record.steps, seconds=record.train_time,
