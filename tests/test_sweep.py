@@ -1,4 +1,5 @@
 """The Optuna sweeper: search-space grammar, and real sweeps through the CLI (one process per trial)."""
+import json
 import multiprocessing
 import os
 import signal
@@ -277,6 +278,42 @@ def test_seeds_per_trial_are_aggregated_and_the_best_confirmed_on_fresh_seeds(tm
     assert all("confirm" not in (logs / f"job_{n}.out").read_text() for n in range(4))
     for name in confirmations:
         assert f"-> {folder}/confirm/{name}\n" in (logs / f"confirm_{name}.out").read_text()
+
+
+def test_a_trials_seeds_train_as_one_population_in_one_job_and_each_seed_is_scored(tmp_path):
+    """hydra.sweeper.population=true: a trial's 3 seeds are one process (run.seeds), whose members' final evaluations
+    are the seeds' values; the confirmation trains the winner's fresh seeds as one population too."""
+    result = rlexp(tmp_path, "-m", *TINY, "run.max_steps=1024", "agent.lr=tag(log,interval(1e-4,1e-2))",
+                   "hydra.sweeper.n_trials=2", "hydra.sweeper.seeds_per_trial=3", "hydra.sweeper.population=true",
+                   "hydra.sweeper.confirm={top_k:1,seeds:2}", "seed=5")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    folder = study_folder(tmp_path)
+    done = trials(tmp_path)
+    assert sorted(p.name for p in (folder / ".launcher").glob("job_*.out")) == ["job_0.out", "job_3.out"]
+    for trial in done:
+        log = (folder / ".launcher" / f"job_{3 * trial.number}.out").read_text()
+        assert "a population of 3 members (seeds 5, 6, 7) in one process" in log
+        finals = []
+        for seed in (5, 6, 7):
+            member = folder / f"trial_{trial.number}" / f"seed_{seed}"
+            assert yaml.safe_load((member / ".hydra" / "config.yaml").read_text())["seed"] == seed
+            finals.append(json.loads((member / "summary.json").read_text())["final_eval"]["mean_return"])
+        assert trial.user_attrs["seed_values"] == pytest.approx(finals)
+        assert trial.value == pytest.approx(sum(finals) / 3)
+        assert trial.user_attrs["env_steps"] == 3 * 1024
+    best = yaml.safe_load((folder / "optimization_results.yaml").read_text())["best_trial"]
+    confirmed = optuna.load_study(study_name=folder.name, storage=f"sqlite:///{folder}/optuna.db").user_attrs
+    assert sorted(confirmed[f"confirm_{best}"]) == ["10005", "10006"]
+    assert sorted(p.name for p in (folder / "confirm" / f"trial_{best}").glob("seed_*")) == ["seed_10005", "seed_10006"]
+    assert "run.seeds" not in (folder / "tuned" / "best.yaml").read_text()
+
+
+def test_population_true_where_a_trial_cant_train_as_one_is_refused_in_one_line(tmp_path):
+    result = rlexp(tmp_path, "-m", "agent=naf", "env=pendulum", "agent.lr=interval(1e-4,1e-2)",
+                   "hydra.sweeper.seeds_per_trial=2", "hydra.sweeper.population=true")
+    assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+    assert "hydra.sweeper.population=true: NAF does not train as a population; drop it" in result.stderr
+    assert not (tmp_path / "multirun").exists()
 
 
 def test_a_seed_list_next_to_a_sampled_parameter_is_refused(tmp_path):

@@ -480,3 +480,29 @@ def test_the_portfolio_takes_rl_zoos_rows_of_env_presets_without_a_tuned_preset(
         "td3.yml BipedalWalker-v3", "RL Zoo's row td3.yml BipedalWalker-v3", 1_000_000)
     assert (bipedal.values["agent.lr"], bipedal.values["agent.gamma"]) == (1e-3, 0.98)
     assert not {"td3_pong", "td3_breakout", "td3_generic"} & set(found)
+
+
+# ----- a trial's seeds as one population ------------------------------------------------------------------------
+def test_a_pruned_population_stops_every_member_and_counts_all_their_steps(tmp_path):
+    """seeds_per_trial=3 with population=true: one process trains the 3 seeds; its first member reports its training
+    mean. A finished trial far ahead at every mark makes the median pruner stop it at the first mark it judges: all
+    3 members stop there, after the first fused call (2,048 steps), and the budget counts the 3 members' steps."""
+    folder = tmp_path / "multirun" / "pop"
+    folder.mkdir(parents=True)
+    url = f"sqlite:///{folder}/optuna.db"
+    study = optuna.create_study(study_name="pop", storage=url, direction="maximize")
+    ahead = {m: 1e9 for m in range(600, 6001, 600)}
+    study.add_trial(optuna.trial.create_trial(value=1e9, intermediate_values=ahead))
+    result = rlexp(tmp_path, "-m", *TINY, "run.max_steps=6000", "run.target_reward=null", "agent.lr=choice(1e-3)",
+                   "hydra.sweeper.study_name=pop", "hydra.sweeper.pruner=median", "hydra.sweeper.reports=10",
+                   "hydra.sweeper.warmup_steps=500", "hydra.sweeper.warmup_trials=1", "hydra.sweeper.n_trials=2",
+                   "hydra.sweeper.seeds_per_trial=3", "hydra.sweeper.population=true", "seed=4")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    (ran,) = [t for t in optuna.load_study(study_name="pop", storage=url).trials if t.number > 0]
+    assert ran.state == TrialState.PRUNED and ran.user_attrs["pruned_at"] == 600, ran.user_attrs
+    logs = sorted(p.name for p in (folder / ".launcher").glob("*.out"))
+    assert logs == ["job_3.out"]  # trial 1's one job
+    assert "a population of 3 members (seeds 4, 5, 6)" in (folder / ".launcher" / "job_3.out").read_text()
+    trained = [pd.read_parquet(folder / "trial_1" / f"seed_{s}" / "history.parquet")["step"].max() for s in (4, 5, 6)]
+    assert all(600 <= steps <= 2048 for steps in trained)
+    assert ran.user_attrs["trained_0"] == 2048 and ran.user_attrs["env_steps"] == 3 * 2048

@@ -138,6 +138,7 @@ class RlexpSweeperConf:
     objective: Any = "final_eval"        # final_eval | mean_last_evals (of run.eval_interval's) | auc (eval curve)
     last_evals: Any = 3                  # mean_last_evals: how many of the last evaluations
     seeds_per_trial: Any = 1             # seeds each configuration runs on, as parallel jobs
+    population: Any = False              # true: a trial's seeds as one population in one job (run.seeds)
     aggregate: Any = "mean"              # mean | iqm of the seeds' objectives (and of the confirmation's)
     confirm: Any = None                  # {top_k: 3, seeds: 5}: re-run the best on fresh seeds; best.yaml: the winner
     storage: Any = None                  # null: sqlite:///<sweep dir>/optuna.db; or postgresql://user@host/db

@@ -10,6 +10,7 @@ import logging
 import shutil
 from pathlib import Path
 
+import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.build import build_agent, check_config, setup_tensorflow, startup_done
@@ -138,8 +139,16 @@ def resume_population(cfg: DictConfig) -> float:
         lock.release()
 
 
-def train_population(cfg: DictConfig) -> float:
-    """Train run.seeds' members together; returns the mean of their final evaluations."""
+def trial_spec() -> dict | None:
+    """The sweep trial this process runs (rlexp.sweep.trial_spec), or None."""
+    from rlexp.sweep import trial_spec as spec
+
+    return spec()
+
+
+def train_population(cfg: DictConfig) -> float | dict:
+    """Train run.seeds' members together; returns the mean of their final evaluations (a sweep trial's: every
+    member's objectives, `population_metrics`)."""
     from rlexp.agents.base import TrainingDiverged
     from rlexp.presets.complete import check_presets
     from rlexp.presets.fallbacks import apply_fallback
@@ -150,8 +159,9 @@ def train_population(cfg: DictConfig) -> float:
                         "+init_from takes one run, without run.seeds")
     if cfg.get("resume"):
         return resume_population(cfg)
-    if in_sweep():
-        raise UserError("run.seeds in a sweep: use hydra.sweeper.seeds_per_trial (the sweeper's own seeds)")
+    if in_sweep() and not (trial_spec() or {}).get("population"):
+        raise UserError("run.seeds in a sweep: use hydra.sweeper.seeds_per_trial (the sweeper's own seeds; with "
+                        "hydra.sweeper.population=true they train as one population)")
     check_population_settings(cfg)
     seeds, values = members_of(cfg)
     check_presets(cfg, choices())
@@ -204,13 +214,19 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
     records = agent.member_records()
     trackers = [TensorBoard(d / "tb", resume=(r.history.rows, r.steps) if r.steps else None)
                 for d, r in zip(member_dirs, records)]
+    trackers[0] = with_trial_reporter(trackers[0], cfg, agent)  # a sweep trial's first member reports to the pruner
     failed = True
     try:
         summaries = agent.fit_population(cfg.run.max_steps, cfg.run.target_reward, run_dirs=member_dirs,
                                          checkpoint_interval=float(cfg.run.checkpoint_interval),
                                          history_interval=float(cfg.run.history_interval), config=run_config(cfg),
                                          trackers=trackers, verbose=0 if cfg.agent.get("quiet") else 1)
+        trackers[0].end_of_training()
         failed = False
+    except Exception as e:
+        if type(e).__name__ == "TrialPruned":  # the trial's budget counts every member's steps
+            e.steps = int(getattr(e, "steps", agent.steps)) * len(seeds)
+        raise
     finally:
         for tracker in trackers:
             tracker.close(failed)
@@ -237,6 +253,33 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
     log.info(f"next: python -m rlexp mode=plot '+runs={member_dirs[0].parent}/{member_dirs[0].name.split('_')[0]}_*' | python -m rlexp mode=play "
              f"+checkpoint={member_dirs[0]} | python -m rlexp +resume={member_dirs[0].parent} (every member)")
     if interrupted:
+        if in_sweep():  # the sweep's own stop: not a result
+            raise KeyboardInterrupt
         raise SystemExit(128 + int(interrupted))
+    if in_sweep():
+        return population_metrics(means, summaries, seconds)
     finite = [m for m in means if m == m]
     return float(sum(finite) / len(finite)) if finite else float("nan")
+
+
+def with_trial_reporter(tracker, cfg: DictConfig, agent):
+    """`tracker` and, in a sweep trial, the trial's reporter (rlexp.sweep.trial_reporter: its step budget, and
+    the pruner's scores from this member's episodes)."""
+    from rlexp.runs.tracking import Trackers
+
+    if not in_sweep():
+        return Trackers([tracker])
+    from rlexp.sweep import trial_reporter
+
+    reporter = trial_reporter(int(float(cfg.run.max_steps)), 0, agent)
+    return Trackers([tracker, *([reporter] if reporter is not None else [])])
+
+
+def population_metrics(means: list[float], summaries: list[dict], seconds: float) -> dict:
+    """What a sweep trial's population returns: each member's objectives (`members`, in seed order), the steps of
+    all of them and the population's training seconds; its own objectives are the members' means."""
+    from rlexp.sweep import trial_metrics
+
+    members = [trial_metrics(mean, [], summary["steps"], seconds) for mean, summary in zip(means, summaries)]
+    objectives = {key: float(np.mean([m[key] for m in members])) for key in ("final_eval", "mean_last_evals", "auc")}
+    return objectives | {"steps": sum(s["steps"] for s in summaries), "train_seconds": seconds, "members": members}

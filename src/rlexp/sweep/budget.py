@@ -67,8 +67,14 @@ class Budget:
             if job in owner.ended:
                 steps += self.job_steps_trained(job, attrs)
             elif job.started:
-                steps += max(self.held_per_seed(attrs), steps_on_disk(self.sweep_dir / job.subdir))
+                steps += max(self.held_per_seed(attrs) * job.members, self.steps_on_disk_of(job))
         return steps
+
+    def steps_on_disk_of(self, job: Job) -> int:
+        """What a job's folder shows it trained: a population's, its members' run dirs summed."""
+        if job.members > 1:
+            return sum(steps_on_disk(path) for path in (self.sweep_dir / job.subdir).glob("seed_*") if path.is_dir())
+        return steps_on_disk(self.sweep_dir / job.subdir)
 
     def steps_trained(self, number: int) -> int:
         """The env steps trial `number`'s folders show its seeds trained (an interrupted or killed trial's: they
@@ -84,7 +90,7 @@ class Budget:
         ret = job.result
         if ret is None:
             return 0
-        disk = steps_on_disk(self.sweep_dir / job.subdir)
+        disk = self.steps_on_disk_of(job)
         if not isinstance(ret, BaseException):
             if ret.status.name == "COMPLETED" and isinstance(ret.return_value, dict):
                 return int(ret.return_value.get("steps", 0))
@@ -93,6 +99,6 @@ class Budget:
                 return int(steps)
         recorded = attrs.get(trained_attr(job.seed_index))
         if recorded is not None:
-            return int(recorded)
+            return int(recorded) * job.members  # a population's members train in lockstep
         began = CEILING_ATTR in attrs and not attrs.get(REFUSED_ATTR)
-        return max(self.held_per_seed(attrs), disk) if began else disk
+        return max(self.held_per_seed(attrs) * job.members, disk) if began else disk

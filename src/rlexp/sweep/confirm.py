@@ -9,6 +9,7 @@ from typing import Any
 import optuna
 from optuna.trial import TrialState
 
+from rlexp.sweep.populations import member_results
 from rlexp.sweep.scheduler import Job, Slots
 
 log = logging.getLogger("rlexp.sweep")
@@ -37,6 +38,13 @@ class Confirmation:
         first = self.next_job_number(study)
         for trial in top:
             done = study.user_attrs.get(f"confirm_{trial.number}", {})
+            missing = [seed for seed in seeds if str(seed) not in done]
+            if self.population and missing:  # one population of the missing seeds
+                subdir = f"confirm/trial_{trial.number}"
+                overrides = self.trial_overrides(study, trial, None, subdir, report=False)
+                jobs.append(Job(overrides + self.population_overrides(missing), first + len(jobs), subdir,
+                                owner=trial, population=missing))
+                continue
             for seed in seeds:
                 if str(seed) not in done:
                     subdir = f"confirm/trial_{trial.number}_seed_{seed}"
@@ -56,11 +64,12 @@ class Confirmation:
                 for job in slots.next_done():
                     state, metrics, error = self.outcome(job.result)
                     if state != TrialState.COMPLETE:
-                        log.warning(f"confirmation of trial {job.owner.number}, seed {job.seed}: {state.name} "
+                        log.warning(f"confirmation of trial {job.owner.number}, seed(s) {job.population or job.seed}: {state.name} "
                                     f"{error or ''}")
                         continue
                     done = dict(study.user_attrs.get(f"confirm_{job.owner.number}", {}))
-                    done[str(job.seed)] = metrics[self.objective]
+                    for seed, member in zip(job.population or [job.seed], member_results(metrics)):
+                        done[str(seed)] = member[self.objective]
                     study.set_user_attr(f"confirm_{job.owner.number}", done)
         finally:
             slots.close()

@@ -30,7 +30,7 @@ def most_steps(agent: Any, max_steps: int) -> int:
     own = getattr(agent, "most_steps", None)
     if callable(own):
         return int(own(max_steps))
-    n_envs = int(getattr(agent, "n_envs", 1) or 1)
+    n_envs = int(getattr(agent, "member_envs", None) or getattr(agent, "n_envs", 1) or 1)  # a population's: a member's
     if hasattr(agent, "train_freq"):  # (its random warm-up stops at max_steps, in whole vector steps)
         return max_steps + int(agent.train_freq) * n_envs - 1
     if hasattr(agent, "n_steps"):

@@ -216,12 +216,15 @@ class Report:
         return str(agent), str(env)
 
     def trial_config(self, trial: optuna.trial.FrozenTrial) -> tuple[Path, dict[str, Any] | None]:
-        """The config the trial trained with, as its run dir keeps it (its first seed's with seeds_per_trial)."""
+        """The config the trial trained with, as its run dir keeps it (its first seed's with seeds_per_trial; a
+        population's first member's, a single run's config)."""
         folder = self.sweep_dir / f"trial_{trial.number}"
         seeds = sorted(folder.glob("seed_*/.hydra/config.yaml"), key=lambda p: int(p.parent.parent.name[5:]))
         for path in [folder / ".hydra" / "config.yaml", *seeds]:
             if path.is_file():
-                return path, OmegaConf.to_container(OmegaConf.load(path))
+                config = OmegaConf.to_container(OmegaConf.load(path))
+                if not (config.get("run") or {}).get("seeds"):
+                    return path, config
         return folder / ".hydra" / "config.yaml", None
 
     def group_choices(self, best: optuna.trial.FrozenTrial) -> dict[str, Any]:

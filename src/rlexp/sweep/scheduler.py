@@ -23,9 +23,15 @@ class Job:
     owner: Any = None          # the trial (or confirmation run) it is part of
     seed_index: int = 0        # 0: the trial's first seed, which reports to the pruner
     seed: int | None = None
+    population: list[int] = field(default_factory=list)  # the seeds it trains as one population, if any
     started: float = 0.0       # wall-clock seconds (time.time()), set by Slots
     ended: float = 0.0
     result: Any = field(default=None, repr=False)
+
+    @property
+    def members(self) -> int:
+        """The seeds the job trains (a population's several)."""
+        return len(self.population) or 1
 
 
 @dataclass

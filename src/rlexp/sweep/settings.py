@@ -20,7 +20,7 @@ WHOLE = {"n_trials": 1, "n_jobs": 1, "seeds_per_trial": 1, "last_evals": 1, "rep
          "heartbeat_interval": 1, "grace_period": 1}  # whole numbers: their least value
 CHOICES = {"direction": ("maximize", "minimize"), "objective": OBJECTIVES, "aggregate": ("mean", "iqm"),
            "pruner": ("median", "none", "halving", "hyperband")}
-SETTINGS = (*WHOLE, *CHOICES, "warmup_steps", "sampler", "directions", "confirm", "storage", "study_name", "max_failure_rate",
+SETTINGS = (*WHOLE, *CHOICES, "population", "warmup_steps", "sampler", "directions", "confirm", "storage", "study_name", "max_failure_rate",
             "params", "baseline", "enqueue", "max_env_steps", "custom_search_space")
 SAMPLER_WHOLE = {"n_startup_trials": 0, "population_size": 2}
 SAMPLERS = "hydra/sweeper/sampler=tpe|random|grid|cmaes|nsgaii|nsgaiii|gp|qmc"
@@ -64,6 +64,9 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
         if s.get(key) not in options:
             raise SweepError(f"hydra.sweeper.{key}={_shown(s.get(key))} is unknown; use {' | '.join(options)}")
     s["max_failure_rate"] = check_rate(s.get("max_failure_rate"))
+    s["population"] = s.get("population", False)
+    if s["population"] not in (True, False):
+        raise SweepError(f"hydra.sweeper.population={_shown(s['population'])} is unknown; use true | false")
     s["warmup_steps"] = None if s.get("warmup_steps") in (None, "auto") else whole_number(
         "warmup_steps", s["warmup_steps"], 0)
     if s.get("max_env_steps") is not None:

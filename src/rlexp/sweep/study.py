@@ -26,6 +26,7 @@ from rlexp.sweep.pruning import LEADER_ENDED, TRIAL_ENV
 from rlexp.sweep.checks import MEASURE_ATTR, SPACE_ATTR, Checks
 from rlexp.sweep.confirm import Confirmation
 from rlexp.sweep.report import BASELINE_ATTR, STEPS_ATTR, Report, _format, params_of
+from rlexp.sweep.populations import Populations, member_results
 from rlexp.sweep.scheduler import Job, Running, Slots, runs_in_process, stopped_by_ctrl_c
 from rlexp.sweep.trials import (FIRST_ATTR, INTERRUPTED_ATTR, MARKED_ATTR, REFERENCE_ATTR, REFUSED_ATTR,
                                 RESERVED_ATTR, aggregate, counted_trials, first_key, reseed, trial_seed)
@@ -48,7 +49,7 @@ def sigint_handler(handler: Any) -> Any:
         return None
 
 
-class OptunaSweep(Budget, Checks, Confirmation, Report):
+class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
     """The sweep itself; `RlexpOptunaSweeper` (the Hydra plugin) hands it its config, launcher and arguments."""
 
     def __init__(self, settings: Mapping[str, Any], config, launcher, config_loader=None) -> None:
@@ -148,6 +149,7 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
         self.check_space(distributions, is_grid)
         self.check_evaluations(distributions, fixed)
         self.check_choices(distributions, fixed)
+        self.check_population(distributions, fixed)
         self.cap = self.s.get("max_env_steps")
         self.job_steps = self.trial_steps(fixed, distributions) // self.n_seeds if self.cap else 0
         if self.cap and self.job_steps * self.n_seeds > self.cap:
@@ -359,7 +361,16 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
                                  "sets to a fixed value: drop one of them")
 
     def trial_jobs(self, study: optuna.Study, trial: optuna.trial.Trial) -> Running:
-        """One job per seed (the first reports to the pruner), numbered trial x seeds_per_trial + i."""
+        """One job per seed (the first reports to the pruner), numbered trial x seeds_per_trial + i; with
+        `population`, one job of all of them (rlexp.sweep.populations)."""
+        if self.population:
+            subdir = f"trial_{trial.number}"
+            seeds = self.trial_seeds()
+            overrides = self.trial_overrides(study, trial, None, subdir) + self.population_overrides(seeds)
+            job = Job(overrides, trial.number * self.n_seeds, subdir, population=seeds)
+            owner = Running(trial, [job], pending=[job])
+            job.owner = owner
+            return owner
         jobs = []
         for index, seed in enumerate(self.trial_seeds()):
             subdir = f"trial_{trial.number}" + (f"/seed_{seed}" if self.n_seeds > 1 else "")
@@ -390,7 +401,8 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
                 "seeds": self.n_seeds, "max_env_steps": self.cap if report else None, "prune": self.prune and report,
                 "reference": reference, "leader": index == 0, "pruner": self.s["pruner"],
                 "warmup_trials": self.s["warmup_trials"], "warmup_steps": self.s["warmup_steps"],
-                "reports": self.s["reports"], "last_evals": self.s["last_evals"], "console": self.trial_console}
+                "reports": self.s["reports"], "last_evals": self.s["last_evals"], "console": self.trial_console,
+                "population": self.population}
         values = {**params_of(trial), **self.fixed}
         if seed is not None:
             values.pop("seed", None)
@@ -461,8 +473,9 @@ class OptunaSweep(Budget, Checks, Confirmation, Report):
             state = TrialState.PRUNED
         else:
             state = TrialState.COMPLETE
-            per_seed = [metrics[self.objective] for _, metrics, _ in outcomes]
-            train_seconds = sum(metrics.get("train_seconds", math.nan) for _, metrics, _ in outcomes) / len(outcomes)
+            per_seed = [m[self.objective] for _, metrics, _ in outcomes for m in member_results(metrics)]
+            # a seed's training seconds (a population's: its members' together, shared out)
+            train_seconds = sum(metrics.get("train_seconds", math.nan) for _, metrics, _ in outcomes) / len(per_seed)
             if self.n_seeds > 1:
                 trial.set_user_attr("seed_values", [round(v, 6) for v in per_seed])
             trial.set_user_attr("train_seconds", round(train_seconds, 3))

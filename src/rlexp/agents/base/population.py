@@ -354,52 +354,62 @@ class PopulationLoop(MemberCheckpoints):
         def training() -> list[int]:
             return [i for i, r in enumerate(records) if r.reason is None]
 
-        with stop_on_interrupt(stop):
-            while training() and self.steps < self.max_steps and not stop[0]:
-                self._apply_lr()
-                self.pause_step = None
-                metrics = self.train_iteration()
-                iterations += 1
-                elapsed = time.perf_counter() - session_start
-                going = training()
-                for i in going:
-                    records[i].steps, records[i].train_time = self.steps, base_times[i] + elapsed
-                for i in self._record_member_episodes(elapsed):
-                    records[i].best_pending = True
-                for i in going:
-                    bad = [k for k, v in metrics.items() if not np.isfinite(member_value(v, i))]
-                    if bad:
-                        self._stop_member(i, f"diverged (non-finite {', '.join(bad)})")
-                    elif (target_reward is not None and len(records[i].rewards) >= self.reward_buffer_size
-                          and records[i].mean_reward >= float(target_reward)):
-                        self._stop_member(i, "target_reward")
-                    if trackers[i] is not None and metrics:
-                        trackers[i].scalars(self.steps, {f"train/{k}": member_value(v, i) for k, v in metrics.items()}
-                                            | {"train/learning_rate": self.current_lr() * self.member_lr_scale(i)})
-                if verbose and iterations % 10 == 1:
-                    means = " ".join(f"{r.mean_reward:.1f}" if r.rewards else "-" for r in records)
-                    log.info(f"step {self.steps:,}/{self.max_steps:,}: members' mean rewards {means}")
-                now = time.perf_counter()
-                for i, record in enumerate(records):
-                    if record.run_dir is None:
-                        continue
-                    if record.best_pending:
-                        self.save_member(i, record.run_dir / "checkpoints" / "best.ckpt", full=False)
-                        record.best_pending = False
-                    if iterations == 1 or now - last_checkpoint >= wait or i not in training() and i in going:
-                        self.save_member(i, record.run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
-                if iterations == 1 or now - last_checkpoint >= wait:
-                    wait = checkpoint_wait(checkpoint_interval, time.perf_counter() - now)
-                    last_checkpoint = last_flush = now
-                    for tracker in trackers:
-                        if tracker is not None:
-                            tracker.flush()
-                elif now - last_flush >= history_interval:
-                    for record, tracker in zip(records, trackers):
-                        record.history.flush()
-                        if tracker is not None:
-                            tracker.flush()
-                    last_flush = now
+        try:
+            with stop_on_interrupt(stop):
+                while training() and self.steps < self.max_steps and not stop[0]:
+                    self._apply_lr()
+                    self.pause_step = None
+                    metrics = self.train_iteration()
+                    iterations += 1
+                    elapsed = time.perf_counter() - session_start
+                    going = training()
+                    for i in going:
+                        records[i].steps, records[i].train_time = self.steps, base_times[i] + elapsed
+                        trained = getattr(trackers[i], "trained", None)  # a sweep trial's account of its steps
+                        if trained is not None:
+                            trained(self.steps)
+                    for i in self._record_member_episodes(elapsed):
+                        records[i].best_pending = True
+                    for i in going:
+                        bad = [k for k, v in metrics.items() if not np.isfinite(member_value(v, i))]
+                        if bad:
+                            self._stop_member(i, f"diverged (non-finite {', '.join(bad)})")
+                        elif (target_reward is not None and len(records[i].rewards) >= self.reward_buffer_size
+                              and records[i].mean_reward >= float(target_reward)):
+                            self._stop_member(i, "target_reward")
+                        if trackers[i] is not None and metrics:
+                            trackers[i].scalars(self.steps, {f"train/{k}": member_value(v, i) for k, v in metrics.items()}
+                                                | {"train/learning_rate": self.current_lr() * self.member_lr_scale(i)})
+                    if verbose and iterations % 10 == 1:
+                        means = " ".join(f"{r.mean_reward:.1f}" if r.rewards else "-" for r in records)
+                        log.info(f"step {self.steps:,}/{self.max_steps:,}: members' mean rewards {means}")
+                    now = time.perf_counter()
+                    for i, record in enumerate(records):
+                        if record.run_dir is None:
+                            continue
+                        if record.best_pending:
+                            self.save_member(i, record.run_dir / "checkpoints" / "best.ckpt", full=False)
+                            record.best_pending = False
+                        if iterations == 1 or now - last_checkpoint >= wait or i not in training() and i in going:
+                            self.save_member(i, record.run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
+                    if iterations == 1 or now - last_checkpoint >= wait:
+                        wait = checkpoint_wait(checkpoint_interval, time.perf_counter() - now)
+                        last_checkpoint = last_flush = now
+                        for tracker in trackers:
+                            if tracker is not None:
+                                tracker.flush()
+                    elif now - last_flush >= history_interval:
+                        for record, tracker in zip(records, trackers):
+                            record.history.flush()
+                            if tracker is not None:
+                                tracker.flush()
+                        last_flush = now
+        except BaseException:  # stopped from inside (a sweep trial pruned): each member's episodes so far kept
+            for record in records:
+                if record.history.path is not None:
+                    record.history.flush()
+            raise
+
         summaries = []
         for i, record in enumerate(records):
             ending = record.reason is None  # a member stopped before was saved as it stopped (its replay too)
