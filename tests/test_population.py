@@ -323,3 +323,21 @@ def test_a_refused_population_says_so_in_one_line_and_leaves_no_run_dir(tmp_path
     assert result.returncode == 2 and message in result.stderr and len(result.stderr.strip().splitlines()) == 1, (
         result.stderr)
     assert not list(Path(tmp_path).glob("outputs/*/*"))
+
+
+def test_a_population_with_a_member_stopped_before_the_others_resumes_every_member(tmp_path):
+    """Member 1 stopped (diverged) at STEPS and was saved then; member 0 trained on to 2 x STEPS. The population
+    resumes from member 0's step, member 1 stays stopped."""
+    seeds = [0, 1]
+    dirs = [tmp_path / f"seed_{s}" for s in seeds]
+    agent = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
+    agent.fit_population(STEPS, run_dirs=dirs, verbose=0)
+    agent._stop_member(1, "diverged (non-finite loss)")
+    agent.save_member(1, dirs[1] / "checkpoints" / "last.ckpt", keep_previous=True)
+    agent.fit_population(2 * STEPS, run_dirs=dirs, verbose=0)
+    assert [PPO.read_state(d / "checkpoints" / "last.ckpt")["steps"] for d in dirs] == [2 * STEPS, STEPS]
+    again = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
+    again.resume_population([d / "checkpoints" / "last.ckpt" for d in dirs])
+    assert again.steps == 2 * STEPS and [r.steps for r in again.member_records()] == [2 * STEPS, STEPS]
+    assert list(again.members.active.numpy()) == [1.0, 0.0]
+    assert all(np.array_equal(a, b) for a, b in zip(member(again, 0), member(agent, 0)))

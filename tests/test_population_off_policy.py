@@ -9,6 +9,7 @@ from rlexp.agents.ddpg import DDPG
 from rlexp.agents.dqfd import DQfD
 from rlexp.agents.dqn import DQN
 from rlexp.agents.naf import NAF
+from rlexp.agents.off_policy import soft_update
 from rlexp.agents.sac import SAC
 from rlexp.agents.td3 import TD3
 from rlexp.buffers import GraphReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
@@ -130,7 +131,7 @@ def test_target_updates_move_each_member_at_its_own_rate_and_leave_a_stopped_mem
     agent = population(TD3, [0, 1, 2], fit=False)
     agent.members.active.assign([1.0, 1.0, 0.0])
     target, source = tf.Variable(tf.zeros([3, 2])), tf.Variable(tf.ones([3, 2]))
-    agent.update_targets([target], [source], tf.constant([0.5, 0.25, 0.5]))
+    agent.update_targets([target], [source], [0.5, 0.25, 0.5])
     assert np.array_equal(target.numpy(), [[0.5, 0.5], [0.25, 0.25], [0.0, 0.0]])
     agent.copy_targets([target], [source])
     assert np.array_equal(target.numpy(), [[1.0, 1.0], [1.0, 1.0], [0.0, 0.0]])
@@ -183,3 +184,32 @@ def test_what_an_off_policy_population_does_not_support_is_refused_in_one_line(c
         cls(envs, **{"buffer": buffer()} | args, seeds=[0, 1], quiet=True)
     with pytest.raises(UserError, match=r"^run.seeds: DQfD does not train as a population yet"):
         population_members(DQfD, envs, 0, [0, 1], {})
+
+
+def test_soft_updates_take_each_members_single_run_rates_bit_for_bit_and_skip_a_stopped_one():
+    """tau = 0.9 and 0.0203: a single run's (1 - tau) is taken in float64 and rounded once, which float32
+    arithmetic on a rounded tau does not give for these; a stopped member's targets stay, even beside NaN weights."""
+    taus = [0.9, 0.0203, 0.5]
+    agent = population(TD3, [0, 1, 2], fit=False, member_values=dict(tau=taus))
+    rng = np.random.default_rng(0)
+    targets, sources = rng.standard_normal((3, 5, 4)).astype(np.float32), rng.standard_normal((3, 5, 4)).astype(np.float32)
+    sources[2] = np.nan
+    agent.members.active.assign([1.0, 1.0, 0.0])
+    target = tf.Variable(targets)
+    agent.update_targets([target], [tf.Variable(sources)], agent.tau)
+    for i in (0, 1):
+        alone = tf.Variable(targets[i])
+        soft_update([alone], [tf.Variable(sources[i])], taus[i])  # a single run's update
+        assert np.array_equal(target.numpy()[i], alone.numpy())
+    assert np.array_equal(target.numpy()[2], targets[2])
+
+
+def test_a_resumed_dqn_population_keeps_each_members_target_sync_step(tmp_path):
+    seeds = [0, 1]
+    dirs = [tmp_path / f"seed_{s}" for s in seeds]
+    first = population(DQN, seeds, fit=False)
+    first.fit_population(STEPS, run_dirs=dirs, verbose=0)
+    assert first.last_sync > 0
+    again = population(DQN, seeds, fit=False)
+    again.resume_population([d / "checkpoints" / "last.ckpt" for d in dirs])
+    assert again.last_sync == first.last_sync

@@ -94,8 +94,11 @@ class DQN(OffPolicyAgent):
 
     def load(self, path, weights_only: bool = False):
         state = super().load(path, weights_only)
-        self.last_sync = int(state.get("last_sync", self.steps))
+        self.restore_state(state)
         return state
+
+    def restore_state(self, state) -> None:
+        self.last_sync = int(state.get("last_sync", self.steps))
 
     @property
     def epsilon(self) -> float:

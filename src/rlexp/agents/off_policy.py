@@ -143,14 +143,19 @@ class OffPolicyAgent(Agent):
     # ----- target networks (a population's: each member's own rate; a stopped member's targets stay) ----------
     @no_autograph
     def update_targets(self, targets: list[tf.Variable], sources: list[tf.Variable], tau) -> None:
-        """Polyak averaging of `targets` towards `sources` at rate `tau` (a population's: each member's `tau`)."""
+        """Polyak averaging of `targets` towards `sources` at rate `tau` (a population's: a float, or each member's
+        as float64 values)."""
         if self.members is None:
             soft_update(targets, sources, tau)
             return
-        rate = tau * self.members.active
+        # each member's tau and 1 - tau as its single run has them: 1 - tau taken in float64, then rounded
+        rates = np.broadcast_to(np.asarray(tau, np.float64), [self.members.count])
+        rate, keep = (tf.constant(x.astype(np.float32)) for x in (rates, 1.0 - rates))
+        active = self.members.active > 0
         for target, source in zip(targets, sources):
-            member_rate = tf.reshape(rate, [self.members.count] + [1] * (target.shape.rank - 1))
-            target.assign(member_rate * source + (1.0 - member_rate) * target)
+            shape = [self.members.count] + [1] * (target.shape.rank - 1)
+            moved = tf.reshape(rate, shape) * source + tf.reshape(keep, shape) * target
+            target.assign(tf.where(tf.reshape(active, shape), moved, target))
 
     @no_autograph
     def copy_targets(self, targets: list[tf.Variable], sources: list[tf.Variable]) -> list:

@@ -238,5 +238,7 @@ class SAC(OffPolicyAgent):
         metrics = super().train_iteration()
         if not metrics:
             return metrics
-        ent_coef = np.exp(np.asarray(self.log_ent_coef.numpy(), np.float64))  # a population's: one per member
-        return metrics | {"ent_coef": float(ent_coef) if ent_coef.ndim == 0 else ent_coef}
+        log_ent_coef = self.log_ent_coef.numpy()
+        if self.members is None:
+            return metrics | {"ent_coef": math.exp(float(log_ent_coef))}
+        return metrics | {"ent_coef": np.exp(log_ent_coef.astype(np.float64))}  # one per member

@@ -235,7 +235,8 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
     interrupted = agent.stop_signal
     for i, (member_dir, member, summary) in enumerate(zip(member_dirs, configs, summaries)):
         returns: list[float] = []
-        if not interrupted:  # each member's final evaluation, by a single agent holding its weights
+        diverged = str(summary["reason"]).startswith("diverged")  # its weights are not finite: nothing to evaluate
+        if not interrupted and not diverged:  # each member's final evaluation, by a single agent holding its weights
             single = build_agent(member, checked=checked)
             single.load(member_dir / "checkpoints" / "last.ckpt", weights_only=True)
             returns = evaluate(single, member, deterministic_final_eval(member))
@@ -257,6 +258,9 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
             raise KeyboardInterrupt
         raise SystemExit(128 + int(interrupted))
     if in_sweep():
+        failed = next((i for i, s in enumerate(summaries) if str(s["reason"]).startswith("diverged")), None)
+        if failed is not None:  # as a seed's own job fails (training diverged): the trial fails
+            raise RunFailed(f"training diverged: member {failed} (seed {seeds[failed]}) {summaries[failed]['reason']}")
         return population_metrics(means, summaries, seconds)
     finite = [m for m in means if m == m]
     return float(sum(finite) / len(finite)) if finite else float("nan")

@@ -107,6 +107,10 @@ class Checkpointing:
         self.normalizer.returns[:] = 0.0
         return state
 
+    def restore_state(self, state: dict[str, Any]) -> None:
+        """An algorithm's own progress from a checkpoint's JSON state (e.g. DQN's last target sync), after `load`
+        or a population's resume has restored the rest."""
+
     def trainable_variables(self, optimizer_name: str) -> list[tf.Variable]:
         """The variables the named optimizer updates (default: the model of the same name)."""
         return self.models()[optimizer_name].trainable_variables

@@ -10,6 +10,12 @@ import numpy as np
 from rlexp.errors import UserError
 
 
+def stopped_for_good(state: dict[str, Any]) -> bool:
+    """Whether a member's checkpoint was written as it stopped (its target reached, or diverged), not to go on."""
+    reason = str((state.get("population") or {}).get("reason"))
+    return reason == "target_reward" or reason.startswith("diverged")
+
+
 class MemberCheckpoints:
     """`PopulationLoop`'s checkpoint part: `save_member`, `load_member`, `resume_population`."""
 
@@ -121,8 +127,7 @@ class MemberCheckpoints:
         record.train_time, record.best_reward = float(state["train_time"]), float(state["best_reward"])
         record.rewards.clear()
         record.rewards.extend(state["rewards"])
-        reason = (state.get("population") or {}).get("reason")  # stopped for good, or to go on
-        record.reason = reason if reason == "target_reward" or str(reason).startswith("diverged") else None
+        record.reason = (state.get("population") or {}).get("reason") if stopped_for_good(state) else None
         rows = {k[8:]: data[k].tolist() for k in data if k.startswith("history/")}
         if rows:
             record.history.replace(rows)
@@ -135,20 +140,22 @@ class MemberCheckpoints:
         from rlexp.runs.checkpoints import PREVIOUS, is_complete, read_state
 
         paths = [Path(p) for p in paths]
-        steps = [int(read_state(p)["steps"]) for p in paths]
-        common = min(steps)
+        states = [read_state(p) for p in paths]
+        steps = [int(state["steps"]) for state in states]
+        stopped = [stopped_for_good(state) for state in states]  # saved as they stopped, at their own step
+        common = min((step for step, done in zip(steps, stopped) if not done), default=min(steps))
         for member, (path, step) in enumerate(zip(paths, steps)):
-            if step > common:  # saved after the kill's victims: its previous save is the others' step
+            if step > common and not stopped[member]:  # saved after the kill's victims: its previous save is the others' step
                 previous = path.with_name(PREVIOUS)
                 if not is_complete(previous) or int(read_state(previous)["steps"]) != common:
                     raise UserError(f"{path} is at step {step:,} and the population's other members at {common:,}, "
                                     f"with no checkpoint of this member at that step; resume the members one by one "
                                     f"(+resume=<member dir>)")
                 paths[member] = previous
-        for member, path in enumerate(paths):
-            self.load_member(member, path)
+        loaded = [self.load_member(member, path) for member, path in enumerate(paths)]
         records = self.member_records()
         self.steps = max(r.steps for r in records)
+        self.restore_state(next((s for s, done in zip(loaded, stopped) if not done), loaded[0]))
         self.members.active.assign([0.0 if r.reason else 1.0 for r in records])
         seeds = [int(np.random.SeedSequence([s, self.steps]).generate_state(1)[0]) for s in self.members.seeds]
         self._obs = self._reset_envs(seeds, update_statistics=False)

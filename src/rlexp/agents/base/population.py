@@ -211,6 +211,8 @@ class PopulationLoop(MemberCheckpoints):
             if key == "lr":
                 self.lr = float(array.max())  # the schedules' base; each member's steps scaled to its own rate
                 self.members.lr_scale = tf.constant(array / array.max())
+            elif key == "tau":  # float64, as a single run's Python float (OffPolicyAgent.update_targets)
+                self.tau = np.asarray(numbers, np.float64)
             elif key in self.column_keys:  # per env column
                 setattr(self, key, tf.constant(np.repeat(array, self.members.envs)))
             else:  # per member
@@ -339,10 +341,10 @@ class PopulationLoop(MemberCheckpoints):
             record.run_dir, record.tracker = run_dir, tracker
             if run_dir is not None:
                 record.history.path = run_dir / "history.parquet"
-        for i, record in enumerate(records):  # stopped at a target: on again if this call's target is not reached
+        for i, record in enumerate(records):  # on again: a member this call's max_steps or target lets train
             reached = (target_reward is not None and len(record.rewards) >= self.reward_buffer_size
                        and record.mean_reward >= float(target_reward))
-            if record.reason == "target_reward" and not reached:
+            if record.reason in ("max_steps", "interrupted") or record.reason == "target_reward" and not reached:
                 record.reason = None
                 active = self.members.active.numpy()
                 active[i] = 1.0
@@ -365,7 +367,8 @@ class PopulationLoop(MemberCheckpoints):
                     going = training()
                     for i in going:
                         records[i].steps, records[i].train_time = self.steps, base_times[i] + elapsed
-                        trained = getattr(trackers[i], "trained", None)  # a sweep trial's account of its steps
+                    for tracker in trackers:  # a sweep trial's account of its steps: a stopped member's envs step on
+                        trained = getattr(tracker, "trained", None)
                         if trained is not None:
                             trained(self.steps)
                     for i in self._record_member_episodes(elapsed):
