@@ -213,3 +213,22 @@ def test_a_resumed_dqn_population_keeps_each_members_target_sync_step(tmp_path):
     again = population(DQN, seeds, fit=False)
     again.resume_population([d / "checkpoints" / "last.ckpt" for d in dirs])
     assert again.last_sync == first.last_sync
+
+
+def test_the_numpy_mirror_of_stacked_models_computes_each_members_own_network():
+    """DQN's population acts with the NumPy mirror of its stacked Q-networks: member n's rows through member n's
+    network, as each network's own mirror and the stacked Keras model compute them."""
+    from rlexp.agents.base.agent import load_model_preset
+    from rlexp.models.networks import build_model
+    from rlexp.models.numpy_mirror import NumpyModel
+    from rlexp.models.stacked import stack_models
+
+    models = [build_model(load_model_preset("mlp"), (4,), {"q": 2}, name=f"q{i}") for i in range(3)]
+    stacked = stack_models(models, "q")
+    x = np.random.default_rng(0).standard_normal((15, 4)).astype(np.float32)
+    got = NumpyModel.mirror(stacked)([w.numpy() for w in stacked.weights], x)[0]
+    assert got.shape == (15, 2)
+    for i, model in enumerate(models):
+        own = NumpyModel.mirror(model)([w.numpy() for w in model.weights], x[5 * i:5 * i + 5])[0]
+        np.testing.assert_allclose(got[5 * i:5 * i + 5], own, rtol=0, atol=1e-6)
+    np.testing.assert_allclose(got, stacked(x).numpy(), rtol=0, atol=1e-6)

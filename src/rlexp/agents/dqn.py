@@ -78,8 +78,7 @@ class DQN(OffPolicyAgent):
         self._collect_fn = tf.function(self._collect)
         from rlexp.models.numpy_mirror import NumpyModel
 
-        # a population's stacked Q-networks act in TensorFlow (the same actions as each member's NumPy mirror)
-        self._mirror = NumpyModel.mirror(self.model) if self.numpy_acting and self.members is None else None
+        self._mirror = NumpyModel.mirror(self.model) if self.numpy_acting else None  # a population's too
         self._draws_fn = tf.function(self._exploration_noise)
         self._sync_fn = tf.function(lambda: self.copy_targets(self.target.variables, self.model.variables))
 

@@ -2,7 +2,7 @@
 
 A TensorFlow call costs ~250 µs here whatever the model size, so an MLP policy acting on 8 CartPoles
 spends 10x longer in TF's dispatch than in the maths. `NumpyModel` evaluates the same functional graph
-(Dense, Flatten, Rescaling layers) with NumPy from weight arrays passed in, in ~25 µs. Models with other
+(Dense, Flatten, Rescaling layers; a population's StackedDense) with NumPy from weight arrays passed in, in ~25 µs. Models with other
 layers (convolutions) have no mirror: TensorFlow is the faster choice for them anyway.
 """
 from __future__ import annotations
@@ -48,12 +48,12 @@ class NumpyModel:
             if len(node.input_tensors) != 1 or len(node.output_tensors) != 1:
                 return None
             src, dst = id(node.input_tensors[0]), id(node.output_tensors[0])
-            if kind == "Dense":
+            if kind in ("Dense", "StackedDense"):  # StackedDense: a population's members' layers (models.stacked)
                 activation = getattr(op.activation, "__name__", None)
                 if activation not in ACTIVATIONS or op.bias is None:
                     return None
-                steps.append(("dense", src, dst, weight_index[id(op.kernel)], weight_index[id(op.bias)],
-                              ACTIVATIONS[activation]))
+                steps.append(("dense" if kind == "Dense" else "stacked", src, dst, weight_index[id(op.kernel)],
+                              weight_index[id(op.bias)], ACTIVATIONS[activation]))
             elif kind == "Flatten":
                 steps.append(("flatten", src, dst))
             elif kind == "Rescaling" and not np.ndim(op.offset) and not np.ndim(op.scale):
@@ -69,6 +69,10 @@ class NumpyModel:
             h = values[src]
             if kind == "dense":
                 h = step[5](h @ weights[step[3]] + weights[step[4]])
+            elif kind == "stacked":  # member n's block of rows by its own kernel: [N, B, in] @ [N, in, out]
+                kernel, bias = weights[step[3]], weights[step[4]]
+                rows = h.reshape(len(kernel), -1, h.shape[-1])
+                h = step[5]((rows @ kernel + bias[:, None, :]).reshape(-1, kernel.shape[-1]))
             elif kind == "flatten":
                 h = h.reshape(len(h), -1)
             else:
