@@ -2,6 +2,8 @@
 
 Usage: python benchmarks/population.py [--cases ppo-cartpole a2c-cartpole] [--members 1 2 4 8 16 32]
        [--rejax-python <venv>/bin/python] [--no-write]
+       python benchmarks/population.py --cases dqn-cartpole td3-pendulum sac-pendulum --members 1 2 4 8
+       --table population_off_policy
 
 For each case and member count N:
 - rlexp's population: `python -m rlexp <case> run.seeds=N` in one process, twice (the first compiles the XLA
@@ -163,7 +165,8 @@ def rejax(python: str, case: str, members: int) -> dict | None:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--cases", nargs="+", default=list(CASES), choices=list(CASES))
+    parser.add_argument("--cases", nargs="+", default=["ppo-cartpole", "a2c-cartpole"], choices=list(CASES),
+                        help="population.md's cases by default; the off-policy ones go to population_off_policy.md")
     parser.add_argument("--members", nargs="+", type=int, default=[1, 2, 4, 8, 16, 32])
     parser.add_argument("--processes-up-to", type=int, default=8, help="N single runs only up to this N")
     parser.add_argument("--rejax-python", default=None)
