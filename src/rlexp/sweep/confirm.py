@@ -64,7 +64,8 @@ class Confirmation:
                 for job in slots.next_done():
                     state, metrics, error = self.outcome(job.result)
                     if state != TrialState.COMPLETE:
-                        log.warning(f"confirmation of trial {job.owner.number}, seed(s) {job.population or job.seed}: {state.name} "
+                        seeds = job.population or job.seed
+                        log.warning(f"confirmation of trial {job.owner.number}, seed(s) {seeds}: {state.name} "
                                     f"{error or ''}")
                         continue
                     done = dict(study.user_attrs.get(f"confirm_{job.owner.number}", {}))
