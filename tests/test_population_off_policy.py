@@ -232,3 +232,21 @@ def test_the_numpy_mirror_of_stacked_models_computes_each_members_own_network():
         own = NumpyModel.mirror(model)([w.numpy() for w in model.weights], x[5 * i:5 * i + 5])[0]
         np.testing.assert_allclose(got[5 * i:5 * i + 5], own, rtol=0, atol=1e-6)
     np.testing.assert_allclose(got, stacked(x).numpy(), rtol=0, atol=1e-6)
+
+
+def test_member_buffers_round_trip_every_members_replay_and_the_graph_buffer_stores_as_the_numpy_one():
+    rng = np.random.default_rng(1)
+    numpy_buffers = MemberReplayBuffers(ReplayBuffer(8, 1, 2), [np.random.default_rng(s) for s in (0, 1)])
+    graph = MemberGraphReplayBuffer(MemberReplayBuffers(ReplayBuffer(8, 1, 2), [np.random.default_rng(s) for s in (0, 1)]))
+    for _ in range(5):  # 2 members x 2 envs a step: the ring wraps after 4 steps
+        obs = rng.standard_normal((4, 3)).astype(np.float32)
+        for target in (numpy_buffers, graph):
+            target.add(obs, rng.standard_normal((4, 1)).astype(np.float32) * 0, np.ones(4, np.float32), obs,
+                       np.zeros(4, bool))
+    for member in (0, 1):
+        assert same(numpy_buffers.member_state_dict(member), graph.member_state_dict(member))
+    state = numpy_buffers.state_dict()
+    assert sorted({k.split("/")[0] for k in state}) == ["member_0", "member_1"]
+    again = MemberReplayBuffers(ReplayBuffer(8, 1, 2), [np.random.default_rng(s) for s in (0, 1)])
+    again.load_state_dict(state)
+    assert same(again.state_dict(), state) and again.size == 8

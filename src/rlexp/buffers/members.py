@@ -23,6 +23,16 @@ def _interleave(parts: list[np.ndarray], n_batches: int) -> np.ndarray:
     return stacked.reshape(-1, *stacked.shape[3:])
 
 
+def member_states(buffers: Any) -> dict[str, np.ndarray]:
+    return {f"member_{n}/{k}": v for n in range(buffers.count) for k, v in buffers.member_state_dict(n).items()}
+
+
+def load_member_states(buffers: Any, state: dict[str, np.ndarray]) -> None:
+    for n in range(buffers.count):
+        prefix = f"member_{n}/"
+        buffers.load_member_state_dict(n, {k[len(prefix):]: v for k, v in state.items() if k.startswith(prefix)})
+
+
 class MemberReplayBuffers:
     """N `ReplayBuffer`s of the same sizes behind the replay API off-policy agents use: `add` takes the members'
     rows one block after another, `sample` draws each member's batches from its own buffer with its own generator
@@ -60,6 +70,13 @@ class MemberReplayBuffers:
         """Member `member`'s buffer as its single run's checkpoint holds it."""
         return self.members[member].state_dict()
 
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every member's `member_state_dict`, its keys prefixed `member_<n>/` (a member's checkpoint holds its own)."""
+        return member_states(self)
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        load_member_states(self, state)
+
     def load_member_state_dict(self, member: int, state: dict[str, np.ndarray]) -> None:
         self.members[member].load_state_dict(state)
 
@@ -86,8 +103,15 @@ class MemberGraphReplayBuffer(GraphReplayBuffer):
         self.data = {k: tf.Variable(tf.zeros((self.count, self.max_size, *v.shape[1:]), v.dtype), name=f"replay_{k}")
                      for k, v in example.items()}
 
-    def add(self, obs, actions, rewards, next_obs, terminated, dones=None) -> None:  # noqa: D102
-        raise NotImplementedError  # a population's graph replay is filled inside the graph (`graph_add`)
+    def add(self, obs, actions, rewards, next_obs, terminated, dones=None) -> None:
+        """`graph_add` from NumPy: the members' rows one block after another."""
+        import tensorflow as tf
+
+        batch = dict(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs, terminated=terminated)
+        if not self.data:
+            self._allocate(**{k: np.asarray(v, np.float32 if k in ("rewards", "terminated") else None)
+                              for k, v in batch.items()})
+        self.graph_add(*(tf.convert_to_tensor(v) for v in batch.values()))
 
     def graph_add(self, obs, actions, rewards, next_obs, terminated) -> None:
         """Each member's block of rows at the next slots of its own buffer (the same slots for every member)."""
@@ -142,8 +166,12 @@ class MemberGraphReplayBuffer(GraphReplayBuffer):
                 self.data[k][member, : len(v)].assign(v)
         self.size, self.index = int(state["size"]), int(state["index"])
 
-    def state_dict(self) -> dict[str, np.ndarray]:  # noqa: D102
-        raise NotImplementedError  # each member's own: `member_state_dict`
+    def state_dict(self) -> dict[str, np.ndarray]:
+        """Every member's `member_state_dict`, its keys prefixed `member_<n>/` (a member's checkpoint holds its own)."""
+        return member_states(self)
+
+    def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
+        load_member_states(self, state)
 
     def nbytes_per_transition(self) -> int:
         return int(sum(v.dtype.size * np.prod(v.shape[2:]) for v in self.data.values())) * self.count

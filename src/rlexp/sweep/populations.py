@@ -12,6 +12,7 @@ from typing import Any, Mapping
 from omegaconf import OmegaConf
 
 from rlexp.errors import SweepError
+from rlexp.sweep.scheduler import Job, Running
 
 # keys that, searched or set, can refuse a population; searched config groups, which can pick what a population
 # refuses
@@ -72,6 +73,16 @@ class Populations:
     def population(self) -> bool:
         """Whether each trial trains its seeds as one population (hydra.sweeper.population=true, several seeds)."""
         return bool(self.s.get("population")) and self.n_seeds > 1
+
+    def population_job(self, study: Any, trial: Any) -> Running:
+        """A trial's one job: its seeds as one population in `trial_<n>/`, numbered trial x seeds_per_trial."""
+        subdir = f"trial_{trial.number}"
+        seeds = self.trial_seeds()
+        overrides = self.trial_overrides(study, trial, None, subdir) + self.population_overrides(seeds)
+        job = Job(overrides, trial.number * self.n_seeds, subdir, population=seeds)
+        owner = Running(trial, [job], pending=[job])
+        job.owner = owner
+        return owner
 
     @staticmethod
     def population_overrides(seeds: list[int]) -> list[str]:

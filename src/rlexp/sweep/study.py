@@ -364,13 +364,7 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
         """One job per seed (the first reports to the pruner), numbered trial x seeds_per_trial + i; with
         `population`, one job of all of them (rlexp.sweep.populations)."""
         if self.population:
-            subdir = f"trial_{trial.number}"
-            seeds = self.trial_seeds()
-            overrides = self.trial_overrides(study, trial, None, subdir) + self.population_overrides(seeds)
-            job = Job(overrides, trial.number * self.n_seeds, subdir, population=seeds)
-            owner = Running(trial, [job], pending=[job])
-            job.owner = owner
-            return owner
+            return self.population_job(study, trial)
         jobs = []
         for index, seed in enumerate(self.trial_seeds()):
             subdir = f"trial_{trial.number}" + (f"/seed_{seed}" if self.n_seeds > 1 else "")
