@@ -103,16 +103,6 @@ class MemberGraphReplayBuffer(GraphReplayBuffer):
         self.data = {k: tf.Variable(tf.zeros((self.count, self.max_size, *v.shape[1:]), v.dtype), name=f"replay_{k}")
                      for k, v in example.items()}
 
-    def add(self, obs, actions, rewards, next_obs, terminated, dones=None) -> None:
-        """`graph_add` from NumPy: the members' rows one block after another."""
-        import tensorflow as tf
-
-        batch = dict(obs=obs, actions=actions, rewards=rewards, next_obs=next_obs, terminated=terminated)
-        if not self.data:
-            self._allocate(**{k: np.asarray(v, np.float32 if k in ("rewards", "terminated") else None)
-                              for k, v in batch.items()})
-        self.graph_add(*(tf.convert_to_tensor(v) for v in batch.values()))
-
     def graph_add(self, obs, actions, rewards, next_obs, terminated) -> None:
         """Each member's block of rows at the next slots of its own buffer (the same slots for every member)."""
         import tensorflow as tf
