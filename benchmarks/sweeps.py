@@ -11,9 +11,13 @@
    process starts; its run dir's newest file is its end).
 4. Workers: the same command twice at once on one journal file (and on PostgreSQL where RLEXP_TEST_POSTGRES names
    a database, as .ci/postgres.sh sets it): the trials the study holds against n_trials.
+5. Packed trials: a 20-trial PPO CartPole study on RL Zoo's row, searching what members may differ in (lr, gamma,
+   GAE lambda, entropy coefficient), with each trial a job (trials_per_job=1) and with 10 trials a job
+   (trials_per_job=10), both at n_jobs=2 without pruning (the same training work), alternating: wall time, the
+   trials' values, and the peak memory of all processes.
 
 Usage: python benchmarks/sweeps.py [--reps 3] [--trials 20] [--skip-fixed-cost] [--skip-study]
-                                   [--before-python PATH] [--skip-slots] [--skip-workers]
+                                   [--before-python PATH] [--skip-slots] [--skip-workers] [--skip-packing]
 """
 from __future__ import annotations
 
@@ -156,7 +160,76 @@ def workers(trials: int = 10) -> list[dict]:
     return rows
 
 
-SECTIONS = ("fixed_cost", "study", "slots", "workers")
+SECTIONS = ("fixed_cost", "study", "slots", "workers", "packing")
+PACKED_SPACE = ["agent=ppo", "env=cartpole", "run.max_steps=5e4", "hydra.sweeper.n_jobs=2", "hydra.sweeper.pruner=none",
+                "agent.lr=tag(log,interval(1e-5,1e-2))", "agent.gamma=choice(0.9,0.95,0.98,0.99,0.995,0.999)",
+                "agent.lam=choice(0.8,0.9,0.92,0.95,0.98,0.99,1.0)", "agent.entropy_coef=tag(log,interval(1e-8,1e-1))"]
+
+
+def packing(reps: int, trials: int) -> list[dict]:
+    """The packed-trials study with trials_per_job 1 and 10, alternating: wall time, peak memory of the process
+    tree, the jobs run and the trials' values."""
+    rows = []
+    for rep in range(reps):
+        for per_job in (1, 10):
+            name = f"packing_{rep}_{per_job}"
+            shutil.rmtree(WORK / "multirun" / name, ignore_errors=True)
+            peak, (result, wall) = sampled_rss(lambda: rlexp("-m", *PACKED_SPACE, f"hydra.sweeper.n_trials={trials}",
+                                                             f"hydra.sweeper.trials_per_job={per_job}",
+                                                             f"hydra.sweeper.study_name={name}"))
+            done = study_trials(name)
+            values = [t.value for t in done if t.value is not None]
+            row = dict(trials_per_job=per_job, rep=rep, wall_s=round(wall, 1), peak_rss_gb=round(peak / 2**30, 2),
+                       jobs=len(list((WORK / "multirun" / name / ".launcher").glob("job_*.out"))),
+                       complete=len(values), median_value=statistics.median(values) if values else float("nan"),
+                       at_500=sum(v >= 475 for v in values))
+            print(json.dumps(row), flush=True)
+            rows.append(row)
+    return rows
+
+
+def tree_rss(root: int) -> int:
+    """The summed resident memory (bytes) of `root`'s descendants, from /proc."""
+    import os
+
+    parents, rss = {}, {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            stat = Path(f"/proc/{entry}/stat").read_text()
+            parents[int(entry)] = int(stat.rsplit(")", 1)[1].split()[1])
+            rss[int(entry)] = int(Path(f"/proc/{entry}/statm").read_text().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+        except (OSError, ValueError, IndexError):
+            continue
+    found, frontier = set(), {root}
+    while frontier:
+        frontier = {pid for pid, parent in parents.items() if parent in frontier and pid not in found}
+        found |= frontier
+    return sum(rss.get(pid, 0) for pid in found)
+
+
+def sampled_rss(run) -> tuple[int, object]:
+    """Run `run()` while sampling the summed resident memory of this process's descendants (the sweep and its
+    jobs) every 0.2 s; (the peak in bytes, run's result)."""
+    import os
+    import threading
+
+    peak, done = [0], threading.Event()
+
+    def sample() -> None:
+        while not done.is_set():
+            peak[0] = max(peak[0], tree_rss(os.getpid()))
+            time.sleep(0.2)
+
+    thread = threading.Thread(target=sample, daemon=True)
+    thread.start()
+    try:
+        result = run()
+    finally:
+        done.set()
+        thread.join()
+    return peak[0], result
 
 
 def previous_stamp() -> dict:
@@ -176,8 +249,27 @@ def provenance(measured: dict | None, section: str) -> list[str]:
 
 
 def markdown(fixed: list[dict], study: dict | None, slot_rows: list[dict] | None = None,
-             worker_rows: list[dict] | None = None, measured: dict | None = None) -> str:
+             worker_rows: list[dict] | None = None, measured: dict | None = None,
+             packed: list[dict] | None = None) -> str:
     lines = []
+    if packed:
+        lines += ["## Packed trials: 20 trials in 2 jobs", "", *provenance(measured, "packing"),
+                  f"`python -m rlexp -m {' '.join(PACKED_SPACE)} hydra.sweeper.n_trials=20 "
+                  "hydra.sweeper.trials_per_job=K`: RL Zoo's PPO CartPole row (n_steps 32, 8 envs, 50k steps a "
+                  "trial), searching what a population's members may differ in; no pruning, so both ways train the "
+                  "same 20 x 50k steps. K=1: each trial its own process, two at a time; K=10: two processes of 10 "
+                  "members each. Peak memory: the sweep's process tree summed, sampled every 0.2 s. Values: each "
+                  "trial's final evaluation (20 episodes); the trials differ between the two ways (TPE samples "
+                  "10 trials at once when it packs them).", "",
+                  "| trials_per_job | rep | jobs | wall s | peak memory GB | complete | median value | trials >= 475 |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for r in packed:
+            lines.append(f"| {r['trials_per_job']} | {r['rep']} | {r['jobs']} | {r['wall_s']:.1f} | "
+                         f"{r['peak_rss_gb']:.2f} | {r['complete']} | {r['median_value']:.1f} | {r['at_500']} |")
+        walls = {k: statistics.median(r["wall_s"] for r in packed if r["trials_per_job"] == k) for k in (1, 10)}
+        mems = {k: statistics.median(r["peak_rss_gb"] for r in packed if r["trials_per_job"] == k) for k in (1, 10)}
+        lines += ["", f"Medians: one trial a job {walls[1]:.1f} s and {mems[1]:.2f} GB; ten trials a job "
+                      f"{walls[10]:.1f} s and {mems[10]:.2f} GB (wall ratio {walls[1] / walls[10]:.2f}x).", ""]
     if slot_rows:
         lines += ["## Job slots: pruned trials free their slot at once", "", *provenance(measured, "slots"),
                   f"`python -m rlexp -m {' '.join(SLOTS_STUDY)} hydra.sweeper.n_trials=20`: 20k steps a trial, "
@@ -251,6 +343,7 @@ def main() -> None:
     parser.add_argument("--before-python", help="python of a virtualenv with an earlier rlexp, for the slots table")
     parser.add_argument("--skip-slots", action="store_true")
     parser.add_argument("--skip-workers", action="store_true")
+    parser.add_argument("--skip-packing", action="store_true")
     args = parser.parse_args()
     started = now()
     saved = RESULTS / "sweeps.json"
@@ -261,15 +354,17 @@ def main() -> None:
     slot_rows = old.get("slots", []) if args.skip_slots else slots(args.before_python, args.reps, args.trials)
     worker_rows = old.get("workers", []) if args.skip_workers else workers()
     study = old.get("study") if args.skip_study else confirmed_study(args.trials)
-    for section, skipped in zip(SECTIONS, (args.skip_fixed_cost, args.skip_study, args.skip_slots, args.skip_workers)):
+    packed = old.get("packing", []) if args.skip_packing else packing(args.reps, args.trials)
+    for section, skipped in zip(SECTIONS, (args.skip_fixed_cost, args.skip_study, args.skip_slots, args.skip_workers,
+                                           args.skip_packing)):
         if not skipped:
             measured[section] = stamp
     if study:
         print(json.dumps({k: v for k, v in study.items() if k != "seed_values"}), flush=True)
     RESULTS.mkdir(exist_ok=True)
     saved.write_text(json.dumps({"fixed_cost": fixed, "study": study, "slots": slot_rows, "workers": worker_rows,
-                                 "measured": measured}, indent=1))
-    body = markdown(fixed, study, slot_rows, worker_rows, measured)
+                                 "packing": packed, "measured": measured}, indent=1))
+    body = markdown(fixed, study, slot_rows, worker_rows, measured, packed)
     print(body)
     print(write_table("sweeps", "Sweeps: job slots, workers, trial fixed cost, seeds per trial and confirmation", body,
                       started))

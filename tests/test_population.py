@@ -332,7 +332,7 @@ def test_a_population_with_a_member_stopped_before_the_others_resumes_every_memb
     dirs = [tmp_path / f"seed_{s}" for s in seeds]
     agent = PPO(make_member_envs("CartPole-v1", 4, seeds, vectorization="sync"), seeds=seeds, **PPO_ARGS)
     agent.fit_population(STEPS, run_dirs=dirs, verbose=0)
-    agent._stop_member(1, "diverged (non-finite loss)")
+    agent.stop_member(1, "diverged (non-finite loss)")
     agent.save_member(1, dirs[1] / "checkpoints" / "last.ckpt", keep_previous=True)
     agent.fit_population(2 * STEPS, run_dirs=dirs, verbose=0)
     assert [PPO.read_state(d / "checkpoints" / "last.ckpt")["steps"] for d in dirs] == [2 * STEPS, STEPS]

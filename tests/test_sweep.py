@@ -308,6 +308,69 @@ def test_a_trials_seeds_train_as_one_population_in_one_job_and_each_seed_is_scor
     assert "run.seeds" not in (folder / "tuned" / "best.yaml").read_text()
 
 
+def test_trials_per_job_packs_trials_into_one_population_and_each_trial_gets_its_own_value(tmp_path):
+    """hydra.sweeper.trials_per_job=3 over 5 trials: two jobs (trials 0-2, then 3-4), each one process training its
+    trials as members with their own sampled lr and gamma; each trial's value is its member's final evaluation, its
+    folder an ordinary run dir with its own values, and its steps its member's alone."""
+    result = rlexp(tmp_path, "-m", *TINY, "run.max_steps=1024", "agent.lr=tag(log,interval(1e-4,1e-2))",
+                   "agent.gamma=interval(0.9,0.999)", "hydra.sweeper.n_trials=5", "hydra.sweeper.trials_per_job=3",
+                   "hydra.sweeper.n_jobs=1", "seed=2")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    folder = study_folder(tmp_path)
+    assert sorted(p.name for p in (folder / ".launcher").glob("job_*.out")) == ["job_0.out", "job_3.out"]
+    assert "a population of 3 members (seeds 2, 2, 2) in one process" in (folder / ".launcher" / "job_0.out").read_text()
+    assert "a population of 2 members (seeds 2, 2) in one process" in (folder / ".launcher" / "job_3.out").read_text()
+    done = trials(tmp_path)
+    assert [t.state for t in done] == [TrialState.COMPLETE] * 5
+    assert len({t.params["agent.lr"] for t in done}) == 5
+    for trial in done:
+        run = folder / f"trial_{trial.number}"
+        config = yaml.safe_load((run / ".hydra" / "config.yaml").read_text())
+        assert (config["seed"], config["run"]["seeds"], config["run"]["members"]) == (2, None, None)
+        assert config["agent"]["lr"] == pytest.approx(trial.params["agent.lr"], rel=1e-12)
+        assert config["agent"]["gamma"] == pytest.approx(trial.params["agent.gamma"], rel=1e-12)
+        summary = json.loads((run / "summary.json").read_text())
+        assert trial.value == summary["final_eval"]["mean_return"]
+        assert trial.user_attrs["env_steps"] == summary["steps"] == 1024
+    assert len({json.loads((folder / f"trial_{n}" / "summary.json").read_text())["episodes"] for n in range(5)}) > 1
+
+
+def test_trials_per_job_packs_only_consecutive_trials_whose_shapes_match(tmp_path):
+    """A searched n_steps changes shapes: a job packs trials claimed one after another with the same n_steps, and a
+    trial whose n_steps differs starts the next job (alone where its neighbours differ too)."""
+    result = rlexp(tmp_path, "-m", *TINY, "run.max_steps=512", "run.eval_episodes=1",
+                   "agent.lr=tag(log,interval(1e-4,1e-2))", "agent.n_steps=choice(16,32)", "hydra.sweeper.n_trials=6",
+                   "hydra.sweeper.trials_per_job=6", "hydra.sweeper.n_jobs=1", "hydra/sweeper/sampler=random")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    folder = study_folder(tmp_path)
+    done = sorted(trials(tmp_path), key=lambda t: t.number)
+    assert [t.state for t in done] == [TrialState.COMPLETE] * 6
+    runs = [[done[0]]]  # trials claimed one after another with the same n_steps
+    for trial in done[1:]:
+        if trial.params["agent.n_steps"] == runs[-1][-1].params["agent.n_steps"]:
+            runs[-1].append(trial)
+        else:
+            runs.append([trial])
+    assert 1 < len(runs) < 6, [t.params for t in done]  # (the random sampler's draws for this study name)
+    assert sorted(p.name for p in (folder / ".launcher").glob("job_*.out")) == sorted(
+        f"job_{run[0].number}.out" for run in runs)
+    for run in runs:
+        log = (folder / ".launcher" / f"job_{run[0].number}.out").read_text()
+        assert ("a population of" in log) == (len(run) > 1)
+        for trial in run:
+            config = yaml.safe_load((folder / f"trial_{trial.number}" / ".hydra" / "config.yaml").read_text())
+            assert config["agent"]["n_steps"] == trial.params["agent.n_steps"]
+
+
+def test_trials_per_job_where_trials_cant_be_packed_is_refused_in_one_line(tmp_path):
+    for args, says in ((["agent.n_steps=choice(16,32)"], "searches none of what packed trials may differ in"),
+                       (["agent=naf", "env=pendulum", "agent.lr=interval(1e-4,1e-2)"], "NAF does not train as a")):
+        result = rlexp(tmp_path, "-m", *args, "hydra.sweeper.trials_per_job=4")
+        assert result.returncode == 2 and len(result.stderr.strip().splitlines()) == 1, result.stderr
+        assert f"hydra.sweeper.trials_per_job=4: " in result.stderr and says in result.stderr, result.stderr
+    assert not (tmp_path / "multirun").exists()
+
+
 def test_population_true_where_a_trial_cant_train_as_one_is_refused_in_one_line(tmp_path):
     result = rlexp(tmp_path, "-m", "agent=naf", "env=pendulum", "agent.lr=interval(1e-4,1e-2)",
                    "hydra.sweeper.seeds_per_trial=2", "hydra.sweeper.population=true")

@@ -1,6 +1,7 @@
 """Tuning that finds better settings: only unfinished trials are pruned, rungs fall after learning starts and ties
 don't promote every trial, job slots never wait for each other, the step budget is a hard cap, a baseline study
 continues, and autotune's preset is found by the command the user typed."""
+import json
 import os
 import time
 from pathlib import Path
@@ -483,6 +484,34 @@ def test_the_portfolio_takes_rl_zoos_rows_of_env_presets_without_a_tuned_preset(
 
 
 # ----- a trial's seeds as one population ------------------------------------------------------------------------
+def test_a_pruned_trial_in_a_packed_job_stops_alone(tmp_path):
+    """trials_per_job=2: the baseline (never pruned) and a sampled trial train as one population. A finished trial far
+    ahead makes the median pruner stop the sampled one at its first judged mark: its member stops there and its trial
+    counts its steps alone, while the baseline's member trains on to the end and completes."""
+    folder = tmp_path / "multirun" / "pack"
+    folder.mkdir(parents=True)
+    url = f"sqlite:///{folder}/optuna.db"
+    study = optuna.create_study(study_name="pack", storage=url, direction="maximize")
+    study.set_user_attr("marks_first_trials", True)  # its first trials marked: the baseline still to train
+    study.add_trial(optuna.trial.create_trial(value=1e9, intermediate_values={m: 1e9 for m in range(600, 6001, 600)}))
+    result = rlexp(tmp_path, "-m", *TINY, "run.max_steps=6000", "run.target_reward=null",
+                   "agent.lr=interval(1e-4,1e-2)", "hydra.sweeper.baseline={agent.lr:3e-4}",
+                   "hydra.sweeper.study_name=pack", "hydra.sweeper.pruner=median", "hydra.sweeper.reports=10",
+                   "hydra.sweeper.warmup_steps=500", "hydra.sweeper.warmup_trials=1", "hydra.sweeper.n_trials=3",
+                   "hydra.sweeper.trials_per_job=2", "seed=4")
+    assert result.returncode == 0, result.stdout[-3000:] + result.stderr[-3000:]
+    baseline, sampled = [t for t in optuna.load_study(study_name="pack", storage=url).trials if t.number > 0]
+    assert baseline.user_attrs["baseline"] and baseline.state == TrialState.COMPLETE
+    assert sampled.state == TrialState.PRUNED and sampled.user_attrs["pruned_at"] == 600, sampled.user_attrs
+    assert sorted(p.name for p in (folder / ".launcher").glob("*.out")) == ["job_1.out"]  # one job of both
+    own = pd.read_parquet(folder / "trial_2" / "history.parquet")["step"].max()
+    assert 600 <= own <= 2048 and sampled.user_attrs["env_steps"] == 2048
+    assert "pruned" in json.loads((folder / "trial_2" / "summary.json").read_text())["reason"]
+    summary = json.loads((folder / "trial_1" / "summary.json").read_text())
+    assert summary["reason"] == "max_steps" and summary["steps"] >= 6000
+    assert baseline.user_attrs["env_steps"] == summary["steps"] and baseline.value == summary["final_eval"]["mean_return"]
+
+
 def test_a_pruned_population_stops_every_member_and_counts_all_their_steps(tmp_path):
     """seeds_per_trial=3 with population=true: one process trains the 3 seeds; its first member reports its training
     mean. A finished trial far ahead at every mark makes the median pruner stop it at the first mark it judges: all

@@ -139,6 +139,8 @@ class RlexpSweeperConf:
     last_evals: Any = 3                  # mean_last_evals: how many of the last evaluations
     seeds_per_trial: Any = 1             # seeds each configuration runs on, as parallel jobs
     population: Any = False              # true: a trial's seeds as one population in one job (run.seeds)
+    trials_per_job: Any = 1              # >1: up to that many trials that differ only in members' values
+                                         # (run.members) train as one population in one job
     aggregate: Any = "mean"              # mean | iqm of the seeds' objectives (and of the confirmation's)
     confirm: Any = None                  # {top_k: 3, seeds: 5}: re-run the best on fresh seeds; best.yaml: the winner
     storage: Any = None                  # null: sqlite:///<sweep dir>/optuna.db; or postgresql://user@host/db

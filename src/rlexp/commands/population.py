@@ -10,7 +10,6 @@ import logging
 import shutil
 from pathlib import Path
 
-import numpy as np
 from omegaconf import DictConfig, OmegaConf, open_dict
 
 from rlexp.build import build_agent, check_config, setup_tensorflow, startup_done
@@ -185,8 +184,11 @@ def train_population(cfg: DictConfig) -> float | dict:
             log.info(preset_line)
         startup_done()
         member_dirs, configs = member_dirs_and_configs(cfg, run_dir, seeds, values)
+        pack = (trial_spec() or {}).get("pack") if in_sweep() else None
+        if pack:  # several sweep trials in one job: each member in its trial's own folder
+            member_dirs = [Path(folder) for entry in pack for folder in entry["dirs"]]
         for member_dir, member in zip(member_dirs, configs):
-            member_dir.mkdir()
+            member_dir.mkdir(parents=bool(pack))
             write_run_config(member_dir, member)
             member_locks.append(RunLock(member_dir).acquire(run_dir_key(cfg)))  # no member resumed alone meanwhile
         write_run_config(run_dir, cfg)
@@ -210,23 +212,23 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
     log.info(f"training {type(agent).__name__} on {cfg.env.id}: a population of {len(seeds)} members (seeds "
              f"{', '.join(map(str, seeds))}) in one process -> {member_dirs[0].parent}/{member_dirs[0].name.split('_')[0]}_*")
     from rlexp.runs.tracking import TensorBoard
+    from rlexp.sweep.member_trials import (STOPPED_BY_TRIAL, diverged_member, member_trials, pack_metrics,
+                                           population_metrics)
 
     records = agent.member_records()
     trackers = [TensorBoard(d / "tb", resume=(r.history.rows, r.steps) if r.steps else None)
                 for d, r in zip(member_dirs, records)]
-    trackers[0] = with_trial_reporter(trackers[0], cfg, agent)  # a sweep trial's first member reports to the pruner
+    # in a sweep, each trial's first member reports to its trial (one trial's seeds, or each of a packed job's)
+    trials = member_trials(trackers, int(float(cfg.run.max_steps)), agent, len(seeds))
     failed = True
     try:
         summaries = agent.fit_population(cfg.run.max_steps, cfg.run.target_reward, run_dirs=member_dirs,
                                          checkpoint_interval=float(cfg.run.checkpoint_interval),
                                          history_interval=float(cfg.run.history_interval), config=run_config(cfg),
                                          trackers=trackers, verbose=0 if cfg.agent.get("quiet") else 1)
-        trackers[0].end_of_training()
+        for tracker in trackers:
+            tracker.end_of_training()
         failed = False
-    except Exception as e:
-        if type(e).__name__ == "TrialPruned":  # the trial's budget counts every member's steps
-            e.steps = int(getattr(e, "steps", agent.steps)) * len(seeds)
-        raise
     finally:
         for tracker in trackers:
             tracker.close(failed)
@@ -235,8 +237,9 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
     interrupted = agent.stop_signal
     for i, (member_dir, member, summary) in enumerate(zip(member_dirs, configs, summaries)):
         returns: list[float] = []
-        diverged = str(summary["reason"]).startswith("diverged")  # its weights are not finite: nothing to evaluate
-        if not interrupted and not diverged:  # each member's final evaluation, by a single agent holding its weights
+        # diverged: its weights are not finite; pruned or never started: its trial's result is not wanted
+        stopped = str(summary["reason"]).startswith(("diverged", *STOPPED_BY_TRIAL))
+        if not interrupted and not stopped:  # each member's final evaluation, by a single agent holding its weights
             single = build_agent(member, checked=checked)
             single.load(member_dir / "checkpoints" / "last.ckpt", weights_only=True)
             returns = evaluate(single, member, deterministic_final_eval(member))
@@ -257,33 +260,15 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
         if in_sweep():  # the sweep's own stop: not a result
             raise KeyboardInterrupt
         raise SystemExit(128 + int(interrupted))
-    if in_sweep():
-        failed = next((i for i, s in enumerate(summaries) if str(s["reason"]).startswith("diverged")), None)
-        if failed is not None:  # as a seed's own job fails (training diverged): the trial fails
-            raise RunFailed(f"training diverged: member {failed} (seed {seeds[failed]}) {summaries[failed]['reason']}")
+    if in_sweep() and trials:
+        if (trial_spec() or {}).get("pack"):  # several trials: each its own outcome
+            return pack_metrics(trials, means, summaries, seconds, seeds)
+        if trials[0].pruned is not None:  # the trial's budget counts every member's steps
+            trials[0].pruned.steps = sum(int(s["steps"]) for s in summaries)
+            raise trials[0].pruned
+        error = diverged_member(summaries, seeds, range(len(seeds)))
+        if error is not None:  # as a seed's own job fails (training diverged): the trial fails
+            raise RunFailed(error)
         return population_metrics(means, summaries, seconds)
     finite = [m for m in means if m == m]
     return float(sum(finite) / len(finite)) if finite else float("nan")
-
-
-def with_trial_reporter(tracker, cfg: DictConfig, agent):
-    """`tracker` and, in a sweep trial, the trial's reporter (rlexp.sweep.trial_reporter: its step budget, and
-    the pruner's scores from this member's episodes)."""
-    from rlexp.runs.tracking import Trackers
-
-    if not in_sweep():
-        return Trackers([tracker])
-    from rlexp.sweep import trial_reporter
-
-    reporter = trial_reporter(int(float(cfg.run.max_steps)), 0, agent)
-    return Trackers([tracker, *([reporter] if reporter is not None else [])])
-
-
-def population_metrics(means: list[float], summaries: list[dict], seconds: float) -> dict:
-    """What a sweep trial's population returns: each member's objectives (`members`, in seed order), the steps of
-    all of them and the population's training seconds; its own objectives are the members' means."""
-    from rlexp.sweep import trial_metrics
-
-    members = [trial_metrics(mean, [], summary["steps"], seconds) for mean, summary in zip(means, summaries)]
-    objectives = {key: float(np.mean([m[key] for m in members])) for key in ("final_eval", "mean_last_evals", "auc")}
-    return objectives | {"steps": sum(s["steps"] for s in summaries), "train_seconds": seconds, "members": members}

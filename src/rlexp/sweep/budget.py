@@ -67,11 +67,14 @@ class Budget:
             if job in owner.ended:
                 steps += self.job_steps_trained(job, attrs)
             elif job.started:
-                steps += max(self.held_per_seed(attrs) * job.members, self.steps_on_disk_of(job))
+                steps += max(self.held_per_seed(attrs) * job.members, self.steps_on_disk_of(job, owner.trial))
         return steps
 
-    def steps_on_disk_of(self, job: Job) -> int:
-        """What a job's folder shows it trained: a population's, its members' run dirs summed."""
+    def steps_on_disk_of(self, job: Job, trial: Any = None) -> int:
+        """What a job's folder shows `trial` trained: a population's, its members' run dirs summed; a packed
+        job's, the trial's own folders."""
+        if job.pack:
+            return self.steps_trained(trial.number)
         if job.members > 1:
             return sum(steps_on_disk(path) for path in (self.sweep_dir / job.subdir).glob("seed_*") if path.is_dir())
         return steps_on_disk(self.sweep_dir / job.subdir)
@@ -83,16 +86,18 @@ class Budget:
         seeds = [path for path in folder.glob("seed_*") if path.is_dir()] if self.n_seeds > 1 else [folder]
         return sum(steps_on_disk(path) for path in seeds)
 
-    def job_steps_trained(self, job: Job, attrs: Mapping[str, Any]) -> int:
+    def job_steps_trained(self, job: Job, attrs: Mapping[str, Any], trial: Any = None) -> int:
         """The env steps one job trained: a finished one's, a pruned one's at its pruning, a failed one's as its
         process recorded them (its trial's user attributes `attrs`); a job whose process died after its trial
         began training (its most steps declared) counts at its most steps, one that never began at its run dir's."""
         ret = job.result
         if ret is None:
             return 0
-        disk = self.steps_on_disk_of(job)
+        disk = self.steps_on_disk_of(job, trial)
         if not isinstance(ret, BaseException):
             if ret.status.name == "COMPLETED" and isinstance(ret.return_value, dict):
+                if "trials" in ret.return_value:  # a packed job's: the trial's own members'
+                    return int((ret.return_value["trials"].get(str(trial._trial_id)) or {}).get("steps", 0))
                 return int(ret.return_value.get("steps", 0))
             steps = getattr(ret._return_value, "steps", None)
             if steps is not None:

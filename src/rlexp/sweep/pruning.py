@@ -246,11 +246,13 @@ class PruningReporter(TrialSteps):
             time.sleep(0.05)
 
 
-def trial_reporter(max_steps: int, eval_interval: int, agent: Any = None) -> TrialSteps | None:
+def trial_reporter(max_steps: int, eval_interval: int, agent: Any = None,
+                   spec: Mapping[str, Any] | None = None) -> TrialSteps | None:
     """This process's tracker when it runs a trial of rlexp's sweeper (None elsewhere): the pruning reporter where
     the trial is pruned, else its account of its steps (`TrialSteps`). `agent` (the trial's, built) gives its most
-    steps (`most_steps`) and its warm-up, the env steps before its first update."""
-    spec = trial_spec()
+    steps (`most_steps`) and its warm-up, the env steps before its first update. `spec`: one packed trial's (else
+    this process's own, `trial_spec`)."""
+    spec = trial_spec() if spec is None else spec
     if not spec or spec.get("trial_id") is None:
         return None
     most = most_steps(agent, max_steps) if agent is not None else None

@@ -24,14 +24,20 @@ class Job:
     seed_index: int = 0        # 0: the trial's first seed, which reports to the pruner
     seed: int | None = None
     population: list[int] = field(default_factory=list)  # the seeds it trains as one population, if any
+    pack: list[Any] = field(default_factory=list)  # several trials in one population: each one's `Running`
     started: float = 0.0       # wall-clock seconds (time.time()), set by Slots
     ended: float = 0.0
     result: Any = field(default=None, repr=False)
 
     @property
     def members(self) -> int:
-        """The seeds the job trains (a population's several)."""
+        """The seeds the job trains for each of its trials (a population's several)."""
         return len(self.population) or 1
+
+    @property
+    def owners(self) -> list[Any]:
+        """The trials (their `Running`) the job trains: a packed job's several, else its owner."""
+        return list(self.pack) or [self.owner]
 
 
 @dataclass

@@ -16,7 +16,7 @@ def one_line(error: BaseException) -> str:
 
 
 OBJECTIVES = ("final_eval", "mean_last_evals", "auc")
-WHOLE = {"n_trials": 1, "n_jobs": 1, "seeds_per_trial": 1, "last_evals": 1, "reports": 1, "warmup_trials": 0,
+WHOLE = {"n_trials": 1, "n_jobs": 1, "seeds_per_trial": 1, "trials_per_job": 1, "last_evals": 1, "reports": 1, "warmup_trials": 0,
          "heartbeat_interval": 1, "grace_period": 1}  # whole numbers: their least value
 CHOICES = {"direction": ("maximize", "minimize"), "objective": OBJECTIVES, "aggregate": ("mean", "iqm"),
            "pruner": ("median", "none", "halving", "hyperband")}
@@ -54,6 +54,7 @@ def check_settings(settings: Mapping[str, Any]) -> dict[str, Any]:
     if unknown:
         raise SweepError(f"hydra.sweeper.{unknown[0]} is not a setting of rlexp's sweeper; use one of "
                          f"{', '.join(sorted(SETTINGS))} (docs/tuning.md)")
+    s.setdefault("trials_per_job", 1)
     for key, least in WHOLE.items():
         s[key] = whole_number(key, s.get(key), least)
     if s["grace_period"] <= s["heartbeat_interval"]:

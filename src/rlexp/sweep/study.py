@@ -69,6 +69,7 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
         self.sampler_seed = self.seed if self.s.get("sampler_seed") is None else int(self.s["sampler_seed"])
         self.fixed: dict[str, str] = {}
         self.claimed: dict[int, optuna.trial.Trial] = {}  # this worker's trials the study has not been told of
+        self.carried: optuna.trial.Trial | None = None  # claimed for the next packed job (trials_per_job)
 
     # -- set-up ------------------------------------------------------------------------------------------
     def study_name(self, distributions: Mapping[str, BaseDistribution], fixed: Mapping[str, str]) -> str:
@@ -200,11 +201,10 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
                     while slots.free:
                         job = self.next_pending(running)
                         if job is None:
-                            trial = self.claim(study)
-                            if trial is None:
+                            owners = self.next_trials(study, beat)
+                            if not owners:
                                 break
-                            beat.add(trial._trial_id)
-                            running.append(self.trial_jobs(study, trial))
+                            running.extend(owners)
                             job = self.next_pending(running)
                         slots.start(job)
                     if not slots.running:
@@ -212,21 +212,21 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
                     for job in slots.next_done():
                         if stopped_by_ctrl_c(job.result):
                             raise KeyboardInterrupt  # the Ctrl-C reached the trial first: its trial is interrupted
-                        owner: Running = job.owner
-                        owner.ended.append(job)
-                        if job.seed_index == 0:
-                            self.storage.set_trial_user_attr(owner.trial._trial_id, LEADER_ENDED, True)
-                        state, _, _ = self.outcome(job.result)
-                        if state != TrialState.COMPLETE:
-                            owner.stop = True
-                            owner.ended += owner.pending
-                            owner.pending = []
-                        if owner.finished:
-                            failed += self.record(study, owner)
-                            running.remove(owner)  # (after its record: a Ctrl-C meanwhile finds it here)
-                            beat.trial_ids.discard(owner.trial._trial_id)
-                            finished += 1
-                            self.check_failures(study, finished, failed)
+                        for owner in job.owners:  # (a packed job's several trials)
+                            owner.ended.append(job)
+                            if job.seed_index == 0:
+                                self.storage.set_trial_user_attr(owner.trial._trial_id, LEADER_ENDED, True)
+                            state, _, _ = self.outcome(job.result, owner.trial)
+                            if state != TrialState.COMPLETE:
+                                owner.stop = True
+                                owner.ended += owner.pending
+                                owner.pending = []
+                            if owner.finished:
+                                failed += self.record(study, owner)
+                                running.remove(owner)  # (after its record: a Ctrl-C meanwhile finds it here)
+                                beat.trial_ids.discard(owner.trial._trial_id)
+                                finished += 1
+                                self.check_failures(study, finished, failed)
             except KeyboardInterrupt:
                 # the Ctrl-C reaches the sweep and its trials' processes, in either order: a second one must not
                 # cut short the marking of its trials
@@ -276,6 +276,26 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
             if owner.pending and not owner.stop:
                 return owner.pending.pop(0)
         return None
+
+    def next_trials(self, study: optuna.Study, beat: Heartbeat) -> list[Running]:
+        """The next trial's jobs, or [] when the study takes no more. With trials_per_job=K: up to K trials claimed
+        one after another that differ only in members' values, as one job (rlexp.sweep.populations); a claimed
+        trial whose other values differ is kept for the next job."""
+        packed = int(self.s.get("trials_per_job") or 1)
+        trials = [self.carried] if self.carried is not None else []
+        self.carried = None
+        while len(trials) < packed:
+            trial = self.claim(study)
+            if trial is None:
+                break
+            beat.add(trial._trial_id)
+            if trials and self.pack_key(trial) != self.pack_key(trials[0]):
+                self.carried = trial
+                break
+            trials.append(trial)
+        if len(trials) > 1:
+            return self.pack_job(study, trials)
+        return [self.trial_jobs(study, trial) for trial in trials]
 
     def claim(self, study: optuna.Study) -> optuna.trial.Trial | None:
         """The study's next trial for this worker, or None when the study holds n_trials (a grid: each point once)
@@ -388,7 +408,8 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
         return [None] if self.n_seeds == 1 else [self.seed + i for i in range(self.n_seeds)]
 
     def trial_overrides(self, study: optuna.Study, trial: optuna.trial.FrozenTrial | optuna.trial.Trial,
-                        seed: int | None, subdir: str, index: int = 0, report: bool = True) -> list[str]:
+                        seed: int | None, subdir: str, index: int = 0, report: bool = True,
+                        pack: list[dict[str, Any]] | None = None) -> list[str]:
         trial_id = trial._trial_id if report else None
         reference = bool(trial.user_attrs.get(REFERENCE_ATTR))
         spec = {"storage": self.storage_url, "study": study.study_name, "trial_id": trial_id, "seed_index": index,
@@ -397,6 +418,8 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
                 "warmup_trials": self.s["warmup_trials"], "warmup_steps": self.s["warmup_steps"],
                 "reports": self.s["reports"], "last_evals": self.s["last_evals"], "console": self.trial_console,
                 "population": self.population}
+        if pack:  # several trials in one job (rlexp.sweep.member_trials reports to each)
+            spec.update(trial_id=None, pack=pack, population=True)
         values = {**params_of(trial), **self.fixed}
         if seed is not None:
             values.pop("seed", None)
@@ -406,8 +429,9 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
                 f"++hydra.job.env_set.{TRIAL_ENV}='{json.dumps(spec)}'"]
 
     # -- how jobs and trials ended ------------------------------------------------------------------------
-    def outcome(self, ret: Any) -> tuple[TrialState, dict[str, float] | None, str | None]:
-        """How one job ended: (state, its metrics, its one-line error); a seed never started counts as pruned."""
+    def outcome(self, ret: Any, trial: Any = None) -> tuple[TrialState, dict[str, float] | None, str | None]:
+        """How one job ended for `trial`: (state, its metrics, its one-line error); a seed never started counts as
+        pruned. A packed job's: the trial's own result in it."""
         if ret is None:
             return TrialState.PRUNED, None, None
         if isinstance(ret, BaseException):
@@ -419,6 +443,12 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
                     metrics = {"final_eval": float(metrics)}
                 except (TypeError, ValueError):
                     return TrialState.FAIL, None, f"the task returned {metrics!r}, not a number"
+            if "trials" in metrics and trial is not None:  # a packed job's: this trial's part
+                metrics = metrics["trials"].get(str(trial._trial_id)) or {"state": "failed",
+                                                                          "error": "the packed job has no result of it"}
+                if metrics["state"] != "complete":
+                    pruned = metrics["state"] == "pruned"
+                    return (TrialState.PRUNED if pruned else TrialState.FAIL), None, metrics.get("error")
             value = metrics.get(self.objective)
             if value is None or not math.isfinite(value):
                 return TrialState.FAIL, None, f"objective {self.objective} is {value}"
@@ -449,9 +479,9 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
     def record(self, study: optuna.Study, owner: Running) -> int:
         """Tell the study how the trial (all its seeds) ended and print its line; returns 1 for a failure."""
         trial, jobs = owner.trial, sorted(owner.jobs, key=lambda j: j.seed_index)
-        outcomes = [self.outcome(job.result) for job in jobs]
+        outcomes = [self.outcome(job.result, trial) for job in jobs]
         attrs = self.storage.get_trial(trial._trial_id).user_attrs  # what its processes recorded
-        trial.set_user_attr(STEPS_ATTR, sum(self.job_steps_trained(job, attrs) for job in jobs))
+        trial.set_user_attr(STEPS_ATTR, sum(self.job_steps_trained(job, attrs, trial) for job in jobs))
         started = [job.started for job in jobs if job.started]
         seconds = max(job.ended for job in jobs if job.started) - min(started) if started else 0.0
         trial.set_user_attr("started", round(min(started), 3) if started else None)

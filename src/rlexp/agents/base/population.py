@@ -311,7 +311,8 @@ class PopulationLoop(MemberCheckpoints):
         scale = self.members.lr_scale
         return 1.0 if scale is None else float(scale.numpy()[member])
 
-    def _stop_member(self, member: int, reason: str) -> None:
+    def stop_member(self, member: int, reason: str) -> None:
+        """Stop one member where it is (its reason recorded): it takes no more updates; the others go on."""
         record = self.member_records()[member]
         record.reason = reason
         active = self.members.active.numpy()
@@ -367,19 +368,20 @@ class PopulationLoop(MemberCheckpoints):
                     going = training()
                     for i in going:
                         records[i].steps, records[i].train_time = self.steps, base_times[i] + elapsed
-                    for tracker in trackers:  # a sweep trial's account of its steps: a stopped member's envs step on
-                        trained = getattr(tracker, "trained", None)
-                        if trained is not None:
-                            trained(self.steps)
+                    for record, tracker in zip(records, trackers):  # a sweep trial's account of its members' steps
+                        if tracker is not None:
+                            tracker.trained(record.steps)
                     for i in self._record_member_episodes(elapsed):
                         records[i].best_pending = True
                     for i in going:
                         bad = [k for k, v in metrics.items() if not np.isfinite(member_value(v, i))]
-                        if bad:
-                            self._stop_member(i, f"diverged (non-finite {', '.join(bad)})")
+                        if records[i].reason is not None:  # stopped by its tracker (a sweep trial pruned)
+                            pass
+                        elif bad:
+                            self.stop_member(i, f"diverged (non-finite {', '.join(bad)})")
                         elif (target_reward is not None and len(records[i].rewards) >= self.reward_buffer_size
                               and records[i].mean_reward >= float(target_reward)):
-                            self._stop_member(i, "target_reward")
+                            self.stop_member(i, "target_reward")
                         if trackers[i] is not None and metrics:
                             trackers[i].scalars(self.steps, {f"train/{k}": member_value(v, i) for k, v in metrics.items()}
                                                 | {"train/learning_rate": self.current_lr() * self.member_lr_scale(i)})
@@ -393,7 +395,7 @@ class PopulationLoop(MemberCheckpoints):
                         if record.best_pending:
                             self.save_member(i, record.run_dir / "checkpoints" / "best.ckpt", full=False)
                             record.best_pending = False
-                        if iterations == 1 or now - last_checkpoint >= wait or i not in training() and i in going:
+                        if i in going and (iterations == 1 or now - last_checkpoint >= wait or i not in training()):
                             self.save_member(i, record.run_dir / "checkpoints" / "last.ckpt", keep_previous=True)
                     if iterations == 1 or now - last_checkpoint >= wait:
                         wait = checkpoint_wait(checkpoint_interval, time.perf_counter() - now)

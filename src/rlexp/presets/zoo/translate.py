@@ -49,8 +49,6 @@ SB3_DEFAULTS: dict[str, dict[str, Any]] = {
 }
 # the rlexp agent each file trains (ppo_lstm.yml: PPO with model=lstm)
 AGENT_OF = {"ppo_lstm": "ppo"}
-# the rlexp agent each file trains (ppo_lstm.yml: PPO with model=lstm)
-AGENT_OF = {"ppo_lstm": "ppo"}
 # keys read outside the algorithm's own (the run, the env, the network)
 COMMON = {"n_timesteps", "policy", "n_envs", "normalize", "policy_kwargs", "env_wrapper", "frame_stack",
           "optimize_memory_usage"}  # (the last: SB3's memory saving; rlexp's FrameBuffer stores each frame once)
