@@ -47,6 +47,14 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
                              "run.target_reward=null"], 475),
     "dqn-cartpole-100k": (["agent=dqn", "env=cartpole", "run.max_steps=1e5", "run.target_reward=null"], 475),
     "td3-pendulum": (["agent=td3", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    # sb3-contrib's algorithms on RL Zoo's rows (qrdqn.yml, tqc.yml) at its budgets; RL Zoo's scores: QR-DQN CartPole
+    # 500, Acrobot -69.1, LunarLander 70.2 +- 225.5; TQC Pendulum -151.3, LunarLanderContinuous 278.0
+    "qrdqn-cartpole": (["agent=qrdqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null"], 475),
+    "qrdqn-acrobot": (["agent=qrdqn", "env=acrobot", "run.max_steps=1e5", "run.target_reward=null"], -100),
+    "qrdqn-lunarlander": (["agent=qrdqn", "env=lunarlander", "run.max_steps=1e5", "run.target_reward=null"], 0),
+    "tqc-pendulum": (["agent=tqc", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    "tqc-lunarlander-continuous": (["agent=tqc", "env=lunarlander_continuous", "run.max_steps=5e5",
+                                    "run.target_reward=null"], 200),
     "ddpg-pendulum": (["agent=ddpg", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
     "sac-pendulum": (["agent=sac", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
     "naf-pendulum": (["agent=naf", "env=pendulum", "run.max_steps=5e4", "run.target_reward=null"], -250),

@@ -109,6 +109,14 @@ CASES = {
                                            "preset), at learning.md's fallback-ddpg-invertedpendulum budget; SB3: "
                                            "ddpg.yml's HalfCheetah-v4 row (its MuJoCo defaults, the fallback's "
                                            "values) on InvertedPendulum-v5, as dqn-mountaincar-zoo"),
+    "qrdqn-cartpole-zoo": Case(["agent=qrdqn", "env=cartpole"], "qrdqn-cartpole-zoo", 50_000,
+                               "RL Zoo's qrdqn.yml CartPole-v1 row, as dqn-mountaincar-zoo (sb3-contrib's QRDQN)"),
+    "qrdqn-acrobot-zoo": Case(["agent=qrdqn", "env=acrobot"], "qrdqn-acrobot-zoo", 100_000,
+                              "RL Zoo's qrdqn.yml Acrobot-v1 row, as qrdqn-cartpole-zoo"),
+    "qrdqn-lunarlander-zoo": Case(["agent=qrdqn", "env=lunarlander"], "qrdqn-lunarlander-zoo", 100_000,
+                                  "RL Zoo's qrdqn.yml LunarLander-v3 row, as qrdqn-cartpole-zoo"),
+    "tqc-pendulum-zoo": Case(["agent=tqc", "env=pendulum"], "tqc-pendulum-zoo", 20_000,
+                             "RL Zoo's tqc.yml Pendulum-v1 row, as dqn-mountaincar-zoo (sb3-contrib's TQC)"),
     "ppo-lstm-cartpole-novel-20k": Case([*LSTM, "env=cartpole_novel"], "ppo-lstm-cartpole-novel", 20_000,
                                         "RL Zoo's ppo_lstm.yml CartPoleNoVel-v1 row with observations normalised, "
                                         "rewards not (RL Zoo's current row normalises both); rlexp: "
@@ -123,6 +131,7 @@ CASES = {
 FAMILIES = {"trpo": "TRPO (rlexp's TRPO, sb3-contrib's TRPO)", "dqn": "DQN (rlexp's DQN, SB3's DQN)",
             "td3": "TD3 (rlexp's TD3, SB3's TD3)",
             "ddpg": "DDPG (rlexp's DDPG, SB3's DDPG)",
+            "qrdqn": "QR-DQN (rlexp's QRDQN, sb3-contrib's QRDQN)", "tqc": "TQC (rlexp's TQC, sb3-contrib's TQC)",
             "ppo-lstm": "Recurrent PPO (rlexp's PPO with model=lstm, sb3-contrib's RecurrentPPO)"}
 # What differs between the implementations with the same settings, read from both sides' code
 DIFFERENCES = {
@@ -174,6 +183,23 @@ DIFFERENCES = {
         "before it each layer's bias was a copy of its kernel's first row (one seeded Keras initializer drawn "
         "twice), and the same 3 seeds scored 242.7 / 214.4 / 242.6",
         "random streams: exploration, smoothing noise and batch draws come from different generators",
+    ],
+    "qrdqn": [
+        "the same update, read from both sides' code: n_quantiles outputs per action, Q(s, a) their mean; the target "
+        "network's greedy action by its mean quantiles gives the target quantiles r + gamma (1 - done) z; the quantile "
+        "Huber loss (kappa 1) summed over the estimates and averaged over the targets and the batch; Adam with epsilon "
+        "0.01 / batch_size, no gradient clipping; the target network copied and the epsilon schedule as DQN's (above)",
+        "random streams: the two sides draw exploration, replay indices and initial weights from their own generators",
+    ],
+    "tqc": [
+        "the same update, read from both sides' code: SAC's actor, entropy tuning, replay and Polyak updates; 2 critics "
+        "of 25 quantiles each; the target pools the target critics' quantiles at (s', a'), sorts them and drops the "
+        "2 x 2 largest; each critic's loss is the quantile Huber loss averaged over critics, quantiles and targets; the "
+        "actor ascends the mean of all quantiles",
+        "order within an update: sb3-contrib steps the entropy coefficient, then the critics, then the actor; rlexp the "
+        "critics, the actor, then the entropy coefficient. Both use the coefficient's value from before its step in all "
+        "three losses, and the actor's log-probabilities from before the actor's step in the coefficient's loss",
+        "random streams: as QR-DQN's",
     ],
     "ddpg": [
         "the same update, read from both sides' code: TD3's (above) with one critic, no target smoothing noise, and "

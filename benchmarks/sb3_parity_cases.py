@@ -58,6 +58,10 @@ ZOO_CASES = {"dqn-mountaincar-zoo": ("dqn", "MountainCar-v0", "MountainCar-v0"),
              "trpo-mountaincar-zoo": ("trpo", "MountainCar-v0", "MountainCar-v0"),
              "trpo-swimmer-zoo": ("trpo", "Swimmer-v4", "Swimmer-v5"),
              "td3-lunarlander-continuous-zoo": ("td3", "LunarLanderContinuous-v3", "LunarLanderContinuous-v3"),
+             "qrdqn-cartpole-zoo": ("qrdqn", "CartPole-v1", "CartPole-v1"),
+             "qrdqn-acrobot-zoo": ("qrdqn", "Acrobot-v1", "Acrobot-v1"),
+             "qrdqn-lunarlander-zoo": ("qrdqn", "LunarLander-v3", "LunarLander-v3"),
+             "tqc-pendulum-zoo": ("tqc", "Pendulum-v1", "Pendulum-v1"),
              # the DDPG fallback's values: RL Zoo's DDPG MuJoCo defaults row, on another MuJoCo env
              "ddpg-invertedpendulum-fallback": ("ddpg", "HalfCheetah-v4", "InvertedPendulum-v5")}
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch as th
 import torch.nn as nn
 import yaml
-from sb3_contrib import TRPO
+from sb3_contrib import QRDQN, TQC, TRPO
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.atari_wrappers import AtariWrapper
 from stable_baselines3.common.env_util import make_vec_env
@@ -25,7 +25,8 @@ from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckA
 from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
 
-ALGOS = {"a2c": A2C, "ddpg": DDPG, "dqn": DQN, "ppo": PPO, "sac": SAC, "td3": TD3, "trpo": TRPO}
+ALGOS = {"a2c": A2C, "ddpg": DDPG, "dqn": DQN, "ppo": PPO, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "tqc": TQC,
+         "trpo": TRPO}
 NAMES = {"nn": nn, "th": th, "RMSpropTFLike": RMSpropTFLike, "dict": dict}  # what RL Zoo's files name
 
 
@@ -138,7 +139,7 @@ def describe(algo: str, model, envs) -> dict:
         for key in ("buffer_size", "learning_starts", "batch_size", "tau", "gradient_steps", "target_update_interval",
                     "exploration_initial_eps", "exploration_final_eps", "exploration_fraction", "max_grad_norm",
                     "policy_delay", "target_policy_noise", "target_noise_clip", "use_sde", "sde_sample_freq",
-                    "target_entropy"):
+                    "target_entropy", "n_quantiles", "top_quantiles_to_drop_per_net"):
             if hasattr(model, key):
                 value = getattr(model, key)
                 d[key] = float(value) if isinstance(value, (np.floating, float)) else value
@@ -147,14 +148,19 @@ def describe(algo: str, model, envs) -> dict:
         d["noise"] = None if noise is None else [type(noise).__name__, float(np.mean(noise._sigma))]
         if algo == "dqn":
             d["q_layers"] = layers(policy.q_net.q_net)
+        elif algo == "qrdqn":  # its last layer: n_quantiles x actions outputs
+            d["q_layers"] = layers(policy.quantile_net.quantile_net)
+            d["n_quantiles"] = policy.quantile_net.n_quantiles
         else:
-            if algo == "sac":  # its hidden layers (the mean and log-std heads come after)
+            if algo in ("sac", "tqc"):  # its hidden layers (the mean and log-std heads come after)
                 d["actor_latent_layers"] = layers(policy.actor.latent_pi)
             else:
                 d["actor_layers"] = layers(policy.actor.mu)
             d["critic_layers"] = layers(policy.critic.qf0)
             d["n_critics"] = policy.critic.n_critics
-        if algo == "sac":
+            if algo == "tqc":
+                d["n_quantiles"] = policy.critic.n_quantiles
+        if algo in ("sac", "tqc"):
             d["ent_coef_start"] = float(th.exp(model.log_ent_coef).item()) if model.log_ent_coef is not None else \
                 float(model.ent_coef_tensor.item())
             d["learn_ent_coef"] = model.log_ent_coef is not None

@@ -29,7 +29,8 @@ from rlexp.presets.zoo.rows import id_base, shipped_dir, shipped_version  # noqa
 COMPARED = [("a2c", "atari", "BreakoutNoFrameskip-v4"), ("ddpg", "MountainCarContinuous-v0", "MountainCarContinuous-v0"),
             ("dqn", "MountainCar-v0", "MountainCar-v0"), ("ppo", "Hopper-v4", "Hopper-v5"),
             ("sac", "MountainCarContinuous-v0", "MountainCarContinuous-v0"), ("td3", "Walker2d-v4", "Walker2d-v5"),
-            ("trpo", "Hopper-v4", "Hopper-v5")]
+            ("trpo", "Hopper-v4", "Hopper-v5"), ("qrdqn", "LunarLander-v3", "LunarLander-v3"),
+            ("tqc", "LunarLanderContinuous-v3", "LunarLanderContinuous-v3")]
 # why a value may differ, by attribute (shown where rlexp's value, in SB3's convention, is not SB3's)
 EXPLAINED = {
     ("ddpg", "target_policy_noise"): "SB3's DDPG is TD3 with target noise clipped to 0 (no smoothing): rlexp's "
@@ -166,7 +167,8 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
     units = {int(layer.units) for layer in towers}
     d["built_hidden"] = sum(1 for model in models.values() if "target" not in model.name
                             for u, _ in dense_layers(model) if u in units)
-    d["heads"] = {"a2c": 2, "ppo": 2, "trpo": 2, "dqn": 1, "ddpg": 2, "td3": 3, "sac": 3}[algo]
+    d["heads"] = {"a2c": 2, "ppo": 2, "trpo": 2, "dqn": 1, "qrdqn": 1, "ddpg": 2, "td3": 3, "sac": 3,
+                  "tqc": 1 + getattr(agent, "n_critics", 0)}[algo]
     d["initializer"] = str(cfg.model.initializer)
     if algo in ("a2c", "ppo", "trpo"):
         d["ortho_init"] = cfg.model.initializer == "orthogonal"
@@ -193,7 +195,7 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
         d.update(buffer_size=int(b.max_size), learning_starts=int(b.initial_size), batch_size=int(b.batch_size),
                  gradient_steps=agent.gradient_steps, train_freq=agent.train_freq)
         d.update(use_sde=False, sde_sample_freq=-1, noise=None)  # (SAC's, DDPG's and TD3's set below)
-        if algo == "dqn":
+        if algo in ("dqn", "qrdqn"):
             d.update(tau=1.0, target_update_interval=agent.target_sync_steps,
                      exploration_initial_eps=agent.epsilon_start, exploration_final_eps=agent.epsilon_end,
                      exploration_fraction=agent.epsilon_decay_steps / int(cfg.run.max_steps),
@@ -212,9 +214,14 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
                      target_noise_clip=agent.noise_clip)
         if algo == "ddpg":
             d.update(policy_delay=1)
-        if algo == "sac":
+        if algo == "qrdqn":
+            d["n_quantiles"] = agent.n_quantiles
+        if algo == "tqc":
+            d.update(n_quantiles=agent.critic_units,
+                     top_quantiles_to_drop_per_net=agent.critic_units - agent.n_target_quantiles // agent.n_critics)
+        if algo in ("sac", "tqc"):
             d.update(use_sde=agent.sde, sde_sample_freq=int(a.sde_sample_freq), target_update_interval=1,
-                     learn_ent_coef=agent.learn_ent_coef, n_critics=2, noise=None,
+                     learn_ent_coef=agent.learn_ent_coef, n_critics=agent.n_critics, noise=None,
                      ent_coef_start=float(a.init_ent_coef if agent.learn_ent_coef else a.ent_coef),
                      target_entropy=float(agent.target_entropy))
             if agent.sde:

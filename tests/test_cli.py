@@ -243,7 +243,7 @@ def test_plot_mode_overlays_runs(trained):
 def test_help_lists_groups_modes_and_examples(tmp_path):
     result = rlexp(tmp_path, "--help")
     assert result.returncode == 0
-    for text in ("Config groups", "agent: a2c, acer, ddpg, dqfd, dqn, naf, ppo, sac, td3, trpo, vpg", "Modes (mode=...)",
+    for text in ("Config groups", "agent: a2c, acer, ddpg, dqfd, dqn, naf, ppo, qrdqn, sac, td3, tqc, trpo, vpg", "Modes (mode=...)",
                  "python -m rlexp agent=td3 env=pendulum", "logger: none, wandb"):
         assert text in result.stdout, text
     groups = result.stdout.split("Config groups (pick one option each")[1].split("\n\n")[0]

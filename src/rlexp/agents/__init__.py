@@ -13,13 +13,15 @@ from rlexp.agents.naf import NAF  # noqa: E402
 from rlexp.agents.off_policy import OffPolicyAgent  # noqa: E402
 from rlexp.agents.on_policy import OnPolicyAgent  # noqa: E402
 from rlexp.agents.ppo import PPO  # noqa: E402
+from rlexp.agents.qrdqn import QRDQN  # noqa: E402
 from rlexp.agents.sac import SAC  # noqa: E402
 from rlexp.agents.td3 import TD3  # noqa: E402
+from rlexp.agents.tqc import TQC  # noqa: E402
 from rlexp.agents.trpo import TRPO  # noqa: E402
 from rlexp.agents.vpg import VPG  # noqa: E402
 
 AGENTS: dict[str, type[Agent]] = {"a2c": A2C, "acer": ACER, "ddpg": DDPG, "dqfd": DQfD, "dqn": DQN, "naf": NAF, "ppo": PPO,
-                                  "sac": SAC, "td3": TD3, "trpo": TRPO, "vpg": VPG}
+                                  "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "tqc": TQC, "trpo": TRPO, "vpg": VPG}
 
-__all__ = ["AGENTS", "Agent", "OffPolicyAgent", "OnPolicyAgent", "A2C", "ACER", "DDPG", "DQfD", "DQN", "NAF", "PPO", "SAC",
-           "TD3", "TRPO", "VPG"]
+__all__ = ["AGENTS", "Agent", "OffPolicyAgent", "OnPolicyAgent", "A2C", "ACER", "DDPG", "DQfD", "DQN", "NAF", "PPO", "QRDQN",
+           "SAC", "TD3", "TQC", "TRPO", "VPG"]

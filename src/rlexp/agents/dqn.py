@@ -69,9 +69,14 @@ class DQN(OffPolicyAgent):
         self.last_sync = 0
         super().__init__(envs, model, buffer, train_freq=train_freq, gradient_steps=gradient_steps, **kwargs)
 
+    @property
+    def q_units(self) -> int:
+        """The Q-network's outputs: one value per action."""
+        return self.n_actions
+
     def build(self) -> None:
-        self.model = self.build_model({"q": self.n_actions}, name="q")
-        self.target = self.build_model({"q": self.n_actions}, name="q_target")
+        self.model = self.build_model({"q": self.q_units}, name="q")
+        self.target = self.build_model({"q": self.q_units}, name="q_target")
         self.target.set_weights(self.model.get_weights())
         self.optimizer = self.make_optimizer()
         self.optimizer.build(self.model.trainable_variables)
@@ -105,14 +110,23 @@ class DQN(OffPolicyAgent):
         return self.epsilon_start + frac * (self.epsilon_end - self.epsilon_start)
 
     @no_autograph
+    def q_values(self, obs, network=None) -> tf.Tensor:
+        """Q(s, .), one value per action (of `network`, else the online one)."""
+        return (network or self.model)(obs)
+
+    def numpy_q_values(self, outputs: np.ndarray) -> np.ndarray:
+        """Q(s, .) from the NumPy mirror's outputs."""
+        return outputs
+
+    @no_autograph
     def policy(self, obs):
-        return tf.argmax(self.model(obs), axis=-1)
+        return tf.argmax(self.q_values(obs), axis=-1)
 
     @no_autograph
     def sample_policy(self, obs, rng):
         """Epsilon-greedy with the final exploration rate (SB3's DQN.predict with deterministic=False, once
         its exploration schedule has ended)."""
-        greedy = tf.argmax(self.model(obs), axis=-1)
+        greedy = tf.argmax(self.q_values(obs), axis=-1)
         n = tf.shape(greedy)[:1]
         randoms = rng.uniform(n, 0, self.n_actions, dtype=tf.int64)
         return tf.where(rng.uniform(n) < self.epsilon_end, randoms, greedy)
@@ -130,7 +144,7 @@ class DQN(OffPolicyAgent):
     def _collect(self, obs: tf.Tensor, epsilon: tf.Tensor) -> tf.Tensor:
         randoms, draws = self._exploration_noise(self.train_freq)
         for t in tf.range(self.train_freq):
-            greedy = tf.argmax(self.model(obs), axis=-1)
+            greedy = tf.argmax(self.q_values(obs), axis=-1)
             actions = tf.where(draws[t] < epsilon, randoms[t], greedy)
             next_obs = tf.numpy_function(self._numpy_step, [obs, actions], tf.as_dtype(self.obs_dtype), stateful=True)
             next_obs.set_shape(obs.shape)
@@ -145,7 +159,7 @@ class DQN(OffPolicyAgent):
         weights = [w.numpy() for w in self.model.weights]
         obs = self._obs
         for t in range(self.train_freq):
-            greedy = np.argmax(self._mirror(weights, obs)[0], axis=-1)
+            greedy = np.argmax(self.numpy_q_values(self._mirror(weights, obs)[0]), axis=-1)
             obs = self._numpy_step(obs, np.where(draws[t] < epsilon, randoms[t], greedy))
 
     # ----- update ---------------------------------------------------------------------------------

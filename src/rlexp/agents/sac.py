@@ -75,6 +75,8 @@ class SAC(OffPolicyAgent):
         self.target_entropy = (-float(self.n_actions) if self.target_entropy_option == "auto"
                                else self.target_entropy_option)
 
+    n_critics, critic_units = 2, 1  # twin critics, one value each
+
     def build(self) -> None:
         if self.sde:  # means, and the last hidden features the noise is made from
             self.actor = self.build_model({"policy": self.n_actions}, name="actor", latent_of="policy")
@@ -86,7 +88,8 @@ class SAC(OffPolicyAgent):
             self.actor = self.build_model({"policy": 2 * self.n_actions}, name="actor")  # means and log stds
 
         def critics(prefix):
-            return [self.build_model({"q": 1}, name=f"{prefix}{i}", extra_inputs=self.n_actions) for i in range(2)]
+            return [self.build_model({"q": self.critic_units}, name=f"{prefix}{i}", extra_inputs=self.n_actions)
+                    for i in range(self.n_critics)]
 
         self.critics, self.target_critics = critics("critic"), critics("target_critic")
         for target, critic in zip(self.target_critics, self.critics):
@@ -191,28 +194,37 @@ class SAC(OffPolicyAgent):
         return rewards + self.per_row(self.gamma, rewards) * (1.0 - terminated) * (next_q - entropy_term)
 
     @no_autograph
+    def critic_loss(self, obs, actions, targets) -> tf.Tensor:
+        """Half the critics' summed squared TD errors (SB3's loss)."""
+        return 0.5 * tf.add_n([self.row_mean(tf.square(self.q(c, obs, actions) - targets)) for c in self.critics])
+
+    @no_autograph
+    def actor_q(self, obs, actions) -> tf.Tensor:
+        """The value the actor ascends: the smaller of the two critics'."""
+        return tf.minimum(*[self.q(c, obs, actions) for c in self.critics])
+
+    @no_autograph
     def critic_step(self, obs, actions, rewards, next_obs, terminated) -> tf.Tensor:
-        """One gradient step of both critics on half their summed squared TD errors (SB3's loss)."""
+        """One gradient step of the critics on `critic_loss`."""
         ent_coef = tf.exp(self.log_ent_coef)
         targets = tf.stop_gradient(self.critic_targets(rewards, next_obs, terminated, ent_coef))
         variables = self.trainable_variables("critic")
         with tf.GradientTape() as tape:
-            loss = 0.5 * tf.add_n([self.row_mean(tf.square(self.q(c, obs, actions) - targets)) for c in self.critics])
+            loss = self.critic_loss(obs, actions, targets)
         self.optimizer_step(self.critic_optimizer, tape.gradient(loss, variables), variables)
         self.updates.assign_add(1)
         return loss
 
     @no_autograph
     def actor_step(self, obs, target_updates: bool = True) -> tf.Tensor:
-        """One actor step on mean(ent_coef * log pi(a|s) - min_i Q_i(s, a)), then the entropy coefficient's
+        """One actor step on mean(ent_coef * log pi(a|s) - actor_q(s, a)), then the entropy coefficient's
         step on -log(ent_coef) * (log pi(a|s) + target_entropy) with the same samples, and (by default) the
         critics' soft target updates."""
         ent_coef = tf.exp(self.log_ent_coef)  # this step's coefficient, before its own update
         variables = self.trainable_variables("actor")
         with tf.GradientTape() as tape:
             actions, log_prob = self.sample(obs)
-            q = tf.minimum(*[self.q(c, obs, actions) for c in self.critics])
-            loss = self.row_mean(self.per_row(ent_coef, log_prob) * log_prob - q)
+            loss = self.row_mean(self.per_row(ent_coef, log_prob) * log_prob - self.actor_q(obs, actions))
         self.optimizer_step(self.actor_optimizer, tape.gradient(loss, variables), variables)
         if self.learn_ent_coef:
             with tf.GradientTape() as tape:

@@ -13,8 +13,10 @@ AGENT_TITLES = {
     "dqn": "DQN / Double DQN (`agent=dqn`, discrete)",
     "naf": "NAF (`agent=naf`, continuous)",
     "ppo": "PPO (`agent=ppo`, discrete, continuous, multi-discrete, multi-binary; recurrent models)",
+    "qrdqn": "QR-DQN (`agent=qrdqn`, discrete; DQN's options too)",
     "sac": "SAC (`agent=sac`, continuous)",
     "td3": "TD3 (`agent=td3`, continuous)",
+    "tqc": "TQC (`agent=tqc`, continuous; SAC's options too)",
     "trpo": "TRPO (`agent=trpo`, discrete + continuous)",
     "vpg": "VPG (`agent=vpg`, discrete, continuous, multi-discrete, multi-binary; recurrent models)",
 }

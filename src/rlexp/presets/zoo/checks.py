@@ -9,7 +9,7 @@ from rlexp.presets.zoo.rows import ZooRow, ZooRowError
 
 INTEGERS = {"n_steps", "batch_size", "n_epochs", "buffer_size", "learning_starts", "gradient_steps",
             "target_update_interval", "policy_delay", "n_critic_updates", "cg_max_steps", "line_search_max_iter",
-            "sub_sampling_factor", "sde_sample_freq", "n_envs", "frame_stack"}
+            "sub_sampling_factor", "sde_sample_freq", "n_envs", "frame_stack", "top_quantiles_to_drop_per_net"}
 NUMBERS = {"gamma", "gae_lambda", "vf_coef", "max_grad_norm", "tau", "exploration_fraction", "exploration_initial_eps",
            "exploration_final_eps", "noise_std", "target_policy_noise", "target_noise_clip", "rms_prop_eps",
            "cg_damping", "line_search_shrinking_factor", "n_timesteps"}
@@ -60,8 +60,8 @@ def checked(values: dict[str, Any], defaults: dict[str, Any], problems: Problems
     out = dict(values)
     for key, value in values.items():
         why = None
-        if key in OPTIONAL and value is None:
-            continue
+        if (key in OPTIONAL or key in defaults and defaults[key] is None) and value is None:
+            continue  # (null: off, where SB3's own default is null)
         if key in SCHEDULES:
             text = value[4:] if isinstance(value, str) and value.startswith("lin_") else value
             if as_number(text) is None:

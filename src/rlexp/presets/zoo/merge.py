@@ -115,9 +115,9 @@ def default_max_steps() -> float:
 def exploration_steps(row: ZooRow, cfg: DictConfig, given: set[str]) -> int | None:
     """DQN's epsilon decays over exploration_fraction of the run's own length (SB3: of total_timesteps), also
     where run.max_steps is not the row's n_timesteps; None where the decay was given (command line, preset)."""
-    if row.algo != "dqn" or "agent.epsilon_decay_steps" in given:
+    if row.algo not in ("dqn", "qrdqn") or "agent.epsilon_decay_steps" in given:
         return None
     from rlexp.presets.zoo import SB3_DEFAULTS
 
-    fraction = float({**SB3_DEFAULTS["dqn"], **row.values}["exploration_fraction"])
+    fraction = float({**SB3_DEFAULTS[row.algo], **row.values}["exploration_fraction"])
     return int(fraction * float(cfg.run.max_steps))

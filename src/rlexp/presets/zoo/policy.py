@@ -24,6 +24,9 @@ POLICY_OPTIONS = {
     "td3": COMMON_OPTIONS | {"n_critics", "share_features_extractor"},
     "ddpg": COMMON_OPTIONS | {"n_critics", "share_features_extractor"},
     "dqn": COMMON_OPTIONS,
+    "qrdqn": COMMON_OPTIONS | {"n_quantiles"},
+    "tqc": COMMON_OPTIONS | {"log_std_init", "use_expln", "clip_mean", "n_critics", "n_quantiles",
+                             "share_features_extractor"},
 }
 POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy", "MlpLstmPolicy", "CnnLstmPolicy")
 ACTIVATIONS = {"ReLU": "relu", "Tanh": "tanh", "GELU": "gelu", "ELU": "elu", "SiLU": "silu",
@@ -34,7 +37,7 @@ NATURE_CNN = [{"type": "conv", "filters": 32, "kernel": 8, "stride": 4, "activat
               {"type": "flatten", "common": True},
               {"type": "dense", "units": 512, "activation": "relu", "common": True}]
 NUMBER_OPTIONS = {"log_std_init", "clip_mean"}
-INTEGER_OPTIONS = {"lstm_hidden_size", "n_lstm_layers", "n_critics"}
+INTEGER_OPTIONS = {"lstm_hidden_size", "n_lstm_layers", "n_critics", "n_quantiles"}
 BOOLEAN_OPTIONS = {"ortho_init", "full_std", "use_expln", "squash_output", "share_features_extractor",
                    "normalize_images", "shared_lstm", "enable_critic_lstm"}
 EXTRACTORS = {"MlpPolicy": "FlattenExtractor", "MlpLstmPolicy": "FlattenExtractor", "CnnPolicy": "NatureCNN",
@@ -64,7 +67,7 @@ def model_section(row: ZooRow, values: dict[str, Any], image: bool, problems: Pr
                                                     f"{', '.join('nn.' + name for name in ACTIVATIONS)}")
     not_built(kwargs, policy, image, on_policy, problems)
     default_critics = {"ddpg": 1}.get(algo, 2)
-    if "n_critics" in kwargs and kwargs["n_critics"] != default_critics:
+    if "n_critics" in kwargs and kwargs["n_critics"] != default_critics and algo != "tqc":
         problems.add("policy_kwargs.n_critics", f"= {kwargs['n_critics']}: rlexp's {algo.upper()} has "
                                                 f"{default_critics}")
     sizes = problems.attempt(lambda: hidden_sizes(row, kwargs.get("net_arch"), image), [])
@@ -80,11 +83,15 @@ def model_section(row: ZooRow, values: dict[str, Any], image: bool, problems: Pr
     model = {"name": f"zoo_{algo}", "initializer": "orthogonal" if ortho else "torch",
              "gain": SQRT2 if ortho else 1.0, "layers": layers,
              "heads": {"policy": {"gain": 0.01}, "value": {"gain": 1.0}, "q": {"gain": 1.0}} if ortho else {}}
-    agent: dict[str, Any] = {"log_std_init": float(kwargs.get("log_std_init", -3.0 if algo == "sac" else 0.0))}
+    agent: dict[str, Any] = {"log_std_init": float(kwargs.get("log_std_init", -3.0 if algo in ("sac", "tqc") else 0.0))}
     if values.get("use_sde"):  # (SB3 reads use_expln only with gSDE)
         agent["use_expln"] = bool(kwargs.get("use_expln", False))
-    if algo == "sac":
+    if algo in ("sac", "tqc"):
         agent["clip_mean"] = float(kwargs.get("clip_mean", 2.0))
+    if algo in ("qrdqn", "tqc"):  # sb3-contrib's defaults: 200 quantiles (QR-DQN), 25 per critic of 2 (TQC)
+        agent["n_quantiles"] = int(kwargs.get("n_quantiles", 200 if algo == "qrdqn" else 25))
+    if algo == "tqc":
+        agent["n_critics"] = int(kwargs.get("n_critics", 2))
     if "optimizer_class" in kwargs or "optimizer_kwargs" in kwargs:
         options = None if kwargs.get("optimizer_kwargs") is None else problems.attempt(
             lambda: literal_dict(kwargs["optimizer_kwargs"], "policy_kwargs.optimizer_kwargs", row), {})
@@ -139,7 +146,7 @@ def hidden_sizes(row: ZooRow, net_arch: Any, image: bool) -> list[int]:
     if net_arch is None:
         if image:
             return []
-        return {"td3": [400, 300], "ddpg": [400, 300], "sac": [256, 256]}.get(row.algo, [64, 64])
+        return {"td3": [400, 300], "ddpg": [400, 300], "sac": [256, 256], "tqc": [256, 256]}.get(row.algo, [64, 64])
     if isinstance(net_arch, list) and len(net_arch) == 1 and isinstance(net_arch[0], dict):
         net_arch = net_arch[0]  # (SB3 reads it as the dict, with a warning)
     if isinstance(net_arch, dict) and set(net_arch) <= {"pi", "vf", "qf"}:
@@ -186,6 +193,8 @@ def optimizer_options(row: ZooRow, spec: tuple[str | None, dict[str, Any] | None
     name, kwargs = spec if spec is not None else (None, None)
     if row.algo == "a2c" and values["use_rms_prop"] and name is None:  # (SB3's A2C: its kwargs replace the row's)
         return {"optimizer": "rmsprop", "opt_epsilon": squared(float(values["rms_prop_eps"]))}
+    if row.algo == "qrdqn" and name is None:  # (sb3-contrib's QRDQN: its Adam replaces the row's kwargs)
+        return {"optimizer": "adam", "opt_epsilon": 0.01 / int(values["batch_size"])}
     name = name or "Adam"
     if kwargs is None:
         kwargs = {"eps": 1e-5} if name == "Adam" and row.algo in ON_POLICY else {}

@@ -8,7 +8,9 @@ algorithm, and each value is converted where rlexp's convention differs from SB3
   use Adam's epsilon 1e-5 (SB3's policies, without optimizer_kwargs), DQN, SAC, TD3 and DDPG PyTorch's 1e-8.
 - Networks: SB3's `net_arch` per head, its activation, orthogonal init with gains sqrt(2) / 0.01 (policy) / 1
   (value) where `ortho_init` (on-policy default), PyTorch's default init elsewhere (rlexp's `torch`).
-- DQN: `exploration_fraction` of `n_timesteps` is `epsilon_decay_steps`.
+- DQN, QR-DQN: `exploration_fraction` of `n_timesteps` is `epsilon_decay_steps`. QR-DQN's Adam epsilon is
+  0.01 / batch_size where policy_kwargs names no optimizer_class (sb3-contrib's).
+- TQC: SAC's, with n_quantiles and n_critics (policy_kwargs) and top_quantiles_to_drop_per_net.
 Every key of a row rlexp cannot honour, and every value that is not what RL Zoo reads (a number, a `lin_` schedule,
 a boolean), is named in one `ZooRowError` line: nothing is dropped silently."""
 from __future__ import annotations
@@ -46,7 +48,16 @@ SB3_DEFAULTS: dict[str, dict[str, Any]] = {
                 gamma=0.99, train_freq=4, gradient_steps=1, target_update_interval=10000,
                 exploration_fraction=0.1, exploration_initial_eps=1.0, exploration_final_eps=0.05,
                 max_grad_norm=10.0),
+    "qrdqn": dict(learning_rate=5e-5, buffer_size=1_000_000, learning_starts=100, batch_size=32, tau=1.0,
+                  gamma=0.99, train_freq=4, gradient_steps=1, target_update_interval=10000,
+                  exploration_fraction=0.005, exploration_initial_eps=1.0, exploration_final_eps=0.01,
+                  max_grad_norm=None),
+    "tqc": dict(learning_rate=3e-4, buffer_size=1_000_000, learning_starts=100, batch_size=256, tau=0.005,
+                gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_update_interval=1,
+                target_entropy="auto", top_quantiles_to_drop_per_net=2, use_sde=False, sde_sample_freq=-1,
+                use_sde_at_warmup=False),
 }
+QUANTILES = ("qrdqn", "tqc")  # sb3-contrib's distributional agents
 # the rlexp agent each file trains (ppo_lstm.yml: PPO with model=lstm)
 AGENT_OF = {"ppo_lstm": "ppo"}
 # keys read outside the algorithm's own (the run, the env, the network)
@@ -76,7 +87,7 @@ def translate(row: ZooRow) -> dict[str, dict[str, Any]]:
     sections["model"], policy_options = model_section(row, values, image, problems)
     if algo in ON_POLICY:
         sections["agent"] = on_policy_agent(row, values, policy_options, int(sections["env"]["n_envs"]), problems)
-    elif algo == "dqn":
+    elif algo in ("dqn", "qrdqn"):
         sections["agent"], sections["buffer"] = dqn_agent(row, values, image, policy_options, problems)
     else:
         sections["agent"], sections["buffer"] = actor_critic_agent(row, values, policy_options, problems)
@@ -145,7 +156,7 @@ def normalization(row: ZooRow, values: dict[str, Any], problems: Problems) -> di
 def policy_keys(row: ZooRow, values: dict[str, Any], options: dict[str, Any], problems: Problems) -> dict[str, Any]:
     """The agent keys the policy sets: its optimizer (SB3's), and gSDE's expln / SAC's mean clip where read."""
     keys = optimizer_options(row, options.get("optimizer"), values, problems)
-    keys |= {key: options[key] for key in ("use_expln", "clip_mean") if key in options}
+    keys |= {key: options[key] for key in ("use_expln", "clip_mean", "n_quantiles", "n_critics") if key in options}
     return keys
 
 
@@ -226,29 +237,33 @@ def dqn_agent(row: ZooRow, values: dict[str, Any], image: bool, options: dict[st
         problems.add("tau", f"= {values['tau']}: rlexp's DQN copies the target network (tau 1)")
     lr, lr_schedule = schedule(values["learning_rate"])
     decay = float(values["exploration_fraction"]) * float(values.get("n_timesteps", 1e6))
-    agent = {"lr": lr, "lr_schedule": lr_schedule, "gamma": float(values["gamma"]), "double": False,
-             "epsilon_start": float(values["exploration_initial_eps"]),
+    agent = {"lr": lr, "lr_schedule": lr_schedule, "gamma": float(values["gamma"]),
+             **({"double": False} if row.algo == "dqn" else {}), "epsilon_start": float(values["exploration_initial_eps"]),
              "epsilon_end": float(values["exploration_final_eps"]), "epsilon_decay_steps": int(decay),
              "target_sync_steps": int(values["target_update_interval"]),
-             "grad_norm": float(values["max_grad_norm"]), **update_schedule(values, problems),
+             "grad_norm": None if values["max_grad_norm"] is None else float(values["max_grad_norm"]),
+             **update_schedule(values, problems),
              **normalization(row, values, problems)}
     return agent | policy_keys(row, values, options, problems), replay(values, frames=image)
 
 
 def actor_critic_agent(row: ZooRow, values: dict[str, Any], options: dict[str, Any], problems: Problems
                        ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """DDPG, TD3 and SAC."""
+    """DDPG, TD3, SAC and TQC."""
     lr, lr_schedule = schedule(values["learning_rate"])
     agent: dict[str, Any] = {"lr": lr, "lr_schedule": lr_schedule, "gamma": float(values["gamma"]),
                              "tau": float(values["tau"]), **update_schedule(values, problems),
                              **normalization(row, values, problems), **policy_keys(row, values, options, problems)}
-    if row.algo == "sac":
+    if row.algo in ("sac", "tqc"):
+        name = row.algo.upper()
         if int(values["target_update_interval"]) != 1:
-            problems.add("target_update_interval", "!= 1: rlexp's SAC updates its target critics every step")
+            problems.add("target_update_interval", f"!= 1: rlexp's {name} updates its target critics every step")
         if values["use_sde_at_warmup"]:
-            problems.add("use_sde_at_warmup", "= True: rlexp's SAC warms up with uniform random actions")
+            problems.add("use_sde_at_warmup", f"= True: rlexp's {name} warms up with uniform random actions")
         agent.update(entropy(values, problems), use_sde=bool(values["use_sde"]),
                      sde_sample_freq=int(values["sde_sample_freq"]), log_std_init=options["log_std_init"])
+        if row.algo == "tqc":
+            agent["top_quantiles_to_drop_per_net"] = int(values["top_quantiles_to_drop_per_net"])
         return agent, replay(values)
     noise = values["noise_type"]
     if noise not in (None, "normal", "ornstein-uhlenbeck"):
