@@ -53,6 +53,11 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "qrdqn-acrobot": (["agent=qrdqn", "env=acrobot", "run.max_steps=1e5", "run.target_reward=null"], -100),
     "qrdqn-lunarlander": (["agent=qrdqn", "env=lunarlander", "run.max_steps=1e5", "run.target_reward=null"], 0),
     "tqc-pendulum": (["agent=tqc", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    # RL Zoo's MiniGrid rows (ppo.yml, FlatObsWrapper; the `minigrid` extra): RL Zoo 0.964 and 0.968 at 100k
+    "ppo-minigrid-doorkey": (["agent=ppo", "env=generic", "env.id=MiniGrid-DoorKey-5x5-v0", "run.max_steps=1e5",
+                              "run.target_reward=null"], 0.9),
+    "ppo-minigrid-empty-random": (["agent=ppo", "env=generic", "env.id=MiniGrid-Empty-Random-5x5-v0",
+                                   "run.max_steps=1e5", "run.target_reward=null"], 0.9),
     "tqc-lunarlander-continuous": (["agent=tqc", "env=lunarlander_continuous", "run.max_steps=5e5",
                                     "run.target_reward=null"], 200),
     "ddpg-pendulum": (["agent=ddpg", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),

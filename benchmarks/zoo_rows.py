@@ -48,11 +48,13 @@ DEFAULT_ROW = "zoo.row=default (RL Zoo: every env without a row; rlexp: its fall
 
 
 def gymnasium_provides(env_id: str) -> str | None:
-    """The gymnasium id (ale-py and MuJoCo registered) an RL Zoo row's env runs as, or None."""
+    """The gymnasium id (ale-py, MuJoCo and MiniGrid registered) an RL Zoo row's env runs as, or None."""
     import ale_py
 
+    from rlexp.presets.zoo.merge import registered
+
     gym.register_envs(ale_py)
-    if env_id in gym.registry:
+    if registered(env_id):
         return env_id
     same = sorted((name for name in gym.registry if "/" not in name and id_base(name) == id_base(env_id)),
                   key=lambda name: int(name.rsplit("-v", 1)[-1]))

@@ -390,3 +390,38 @@ def test_use_expln_gives_gsde_sb3s_expln_stds(agent_name):
         features, log_std = out[:, 1:], agent.gaussian(out)[1]
     expected = 0.5 * np.log(np.square(features.numpy()).sum(axis=1, keepdims=True) * 1.40546577 ** 2 + 1e-6)
     np.testing.assert_allclose(log_std.numpy(), expected, rtol=1e-5)
+
+
+# ----- MiniGrid (the `minigrid` extra, in the test extras) ----------------------------------------------------------
+def test_minigrid_row_builds_the_flattened_env_rl_zoo_builds():
+    from rlexp.envs.make import make_envs
+
+    t = find_row("ppo", "MiniGrid-DoorKey-5x5-v0", atari=False)
+    assert t is not None and t.key == "MiniGrid-DoorKey-5x5-v0"
+    sections = translate(t)
+    env, agent = sections["env"], sections["agent"]
+    assert env == {"n_envs": 8, "wrappers": [{"_target_": "minigrid.wrappers.FlatObsWrapper"}], "imports": ["minigrid"]}
+    assert (agent["n_steps"], agent["mini_batches"], agent["lr"], agent["ppo_epochs"]) == (128, 16, 2.5e-4, 10)
+    assert agent["normalize_obs"] is True and agent["normalize_reward"] is True  # normalize: true
+    assert sections["run"]["max_steps"] == 100_000
+    envs = make_envs("MiniGrid-DoorKey-5x5-v0", n_envs=2, seed=0, wrappers=env["wrappers"], imports=env["imports"])
+    try:  # FlatObsWrapper: the agent's 7x7x3 view (147) and its mission as 96 one-hot characters of 28 (2,688)
+        assert envs.single_observation_space.shape == (7 * 7 * 3 + 96 * 28,)
+        assert envs.single_observation_space.dtype == np.uint8 and envs.single_action_space.n == 7
+        obs, _ = envs.reset(seed=0)
+        assert obs.shape == (2, 2835) and obs.dtype == np.uint8
+    finally:
+        envs.close()
+
+
+def test_a_minigrid_id_without_minigrid_says_what_to_install(monkeypatch):
+    import sys
+
+    from rlexp.envs.make import register_package_ids
+
+    monkeypatch.setitem(sys.modules, "minigrid", None)  # import minigrid -> ImportError
+    with pytest.raises(UserError, match=r"^env.id=MiniGrid-Empty-5x5-v0 is minigrid's: pip install 'rlexp\[minigrid\]'"):
+        register_package_ids("MiniGrid-Empty-5x5-v0")
+    with pytest.raises(ZooRowError, match=r"env_wrapper names minigrid.wrappers.FlatObsWrapper: pip install "
+                                          r"'rlexp\[minigrid\]'"):
+        translate(find_row("ppo", "MiniGrid-Empty-Random-5x5-v0", atari=False))

@@ -57,6 +57,27 @@ VECTOR_MIN_ENVS = 4  # a batched CartPole step costs ~50 µs whatever the count;
 
 
 WRAPPER_MODULES = ("gymnasium.wrappers.", "rlexp.envs.wrappers.")  # where env.wrappers may come from (+ env.imports)
+# env ids whose package registers them on import: (id prefix, module, what to install)
+ID_PACKAGES = (("MiniGrid-", "minigrid", "'rlexp[minigrid]' (Farama's MiniGrid)"),
+               ("BabyAI-", "minigrid", "'rlexp[minigrid]' (Farama's MiniGrid)"))
+
+
+def package_of(env_id: str) -> tuple[str, str] | None:
+    """(module, what to install) of an id a known package registers (MiniGrid's), or None."""
+    return next(((module, install) for prefix, module, install in ID_PACKAGES if env_id.startswith(prefix)), None)
+
+
+def register_package_ids(env_id: str) -> None:
+    """Import the package that registers `env_id` (MiniGrid's ids: minigrid), so no env.imports is needed; one line
+    naming what to install where it is missing."""
+    found = package_of(env_id)
+    if found is None:
+        return
+    module, install = found
+    try:
+        importlib.import_module(module)
+    except ImportError:
+        raise UserError(f"env.id={env_id} is {module}'s: pip install {install}") from None
 
 
 def import_env_modules(modules: Sequence[str], key: str = "env.imports") -> None:
@@ -154,6 +175,7 @@ def _make_envs(env_id: str, n_envs: int, seed: int | None, vectorization: str, p
     if ":" in env_id:  # gymnasium's module:EnvId form
         module, env_id = env_id.split(":", 1)
         import_env_modules([module], key="env.id")
+    register_package_ids(env_id)
     extra_wrappers = env_wrappers(wrappers, imports)
     if life_loss_terminal and not preprocess:
         raise UserError("env.life_loss_terminal=true flags lost lives of Atari games: set env.preprocess=true too "

@@ -51,6 +51,14 @@ def registered(env_id: str) -> bool:
     from rlexp.envs.spaces import is_atari
 
     is_atari(env_id)  # (importing rlexp.envs.spaces registered ale-py's games)
+    from rlexp.envs.make import package_of
+
+    package = package_of(env_id)
+    if package is not None:  # (MiniGrid's ids: registered by importing it, where it is installed)
+        try:
+            __import__(package[0])
+        except ImportError:
+            return False
     try:
         gym.spec(env_id)
         return True

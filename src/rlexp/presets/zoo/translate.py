@@ -124,6 +124,14 @@ def env_section(row: ZooRow, values: dict[str, Any], problems: Problems) -> dict
                 env["max_episode_steps"] = int(steps)
         elif name.startswith("gymnasium.wrappers."):
             env.setdefault("wrappers", []).append({"_target_": name, **kwargs})
+        elif name.startswith("minigrid.wrappers."):  # Farama's MiniGrid (the `minigrid` extra)
+            try:
+                __import__("minigrid")
+            except ImportError:
+                problems.add("env_wrapper", f"names {name}: pip install 'rlexp[minigrid]' (Farama's MiniGrid)")
+                continue
+            env.setdefault("wrappers", []).append({"_target_": name, **kwargs})
+            env["imports"] = ["minigrid"]
         else:
             problems.add("env_wrapper", f"names {name}, which rlexp does not have; remove it, or give an installed "
                                         "gymnasium wrapper in env.wrappers")
