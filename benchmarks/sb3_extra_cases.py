@@ -60,6 +60,21 @@ def case(name: str, seed: int = 0, steps: int | None = None) -> tuple[RecurrentP
                     learning_rate=1e-3, clip_range=0.2, use_sde=True, sde_sample_freq=4, seed=seed, verbose=0,
                     device="cpu")
         return model, steps or 100_000, "Pendulum-v1"
+    if name == "qrdqn-cartpole":  # RL Zoo's qrdqn.yml CartPole-v1 row: 50k steps, 128 updates every 256
+        from sb3_contrib import QRDQN
+
+        env = make_vec_env("CartPole-v1", n_envs=1, seed=seed)
+        model = QRDQN("MlpPolicy", env, learning_rate=2.3e-3, batch_size=64, buffer_size=100_000, learning_starts=1000,
+                      gamma=0.99, target_update_interval=10, train_freq=256, gradient_steps=128,
+                      exploration_fraction=0.16, exploration_final_eps=0.04,
+                      policy_kwargs=dict(net_arch=[256, 256], n_quantiles=10), seed=seed, verbose=0, device="cpu")
+        return model, steps or 50_000, "CartPole-v1"
+    if name == "tqc-pendulum":  # RL Zoo's tqc.yml Pendulum-v1 row: 20k steps, lr 1e-3, sb3-contrib's defaults
+        from sb3_contrib import TQC
+
+        env = make_vec_env("Pendulum-v1", n_envs=1, seed=seed)
+        model = TQC("MlpPolicy", env, learning_rate=1e-3, seed=seed, verbose=0, device="cpu")
+        return model, steps or 20_000, "Pendulum-v1"
     raise SystemExit(f"unknown case {name}")
 
 

@@ -17,7 +17,7 @@ import numpy as np
 import torch as th
 import torch.nn as nn
 import yaml
-from sb3_contrib import QRDQN, TQC, TRPO
+from sb3_contrib import ARS, QRDQN, TQC, TRPO
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.atari_wrappers import AtariWrapper
 from stable_baselines3.common.env_util import make_vec_env
@@ -25,7 +25,7 @@ from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckA
 from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
 
-ALGOS = {"a2c": A2C, "ddpg": DDPG, "dqn": DQN, "ppo": PPO, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "tqc": TQC,
+ALGOS = {"a2c": A2C, "ars": ARS, "ddpg": DDPG, "dqn": DQN, "ppo": PPO, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "tqc": TQC,
          "trpo": TRPO}
 NAMES = {"nn": nn, "th": th, "RMSpropTFLike": RMSpropTFLike, "dict": dict}  # what RL Zoo's files name
 
@@ -99,7 +99,22 @@ def noise_reset(algo: str, row: dict, env_id: str) -> bool:
     return bool(np.all(model.action_noise.noise_prev == 0))
 
 
+def describe_ars(model, envs) -> dict:
+    """ARS's search settings and policy (no optimizer, no discount)."""
+    norm = envs if isinstance(envs, VecNormalize) else None
+    policy = model.policy
+    linears = [m for m in policy.action_net.modules() if isinstance(m, nn.Linear)]
+    return {"lr_start": model.lr_schedule(1.0), "lr_half": model.lr_schedule(0.5), "n_delta": model.n_delta,
+            "n_top": model.n_top, "delta_std": model.delta_std_schedule(1.0), "zero_policy": model.zero_policy,
+            "alive_bonus_offset": float(model.alive_bonus_offset), "n_eval_episodes": model.n_eval_episodes,
+            "norm_obs": bool(norm and norm.norm_obs), "norm_reward": bool(norm and norm.norm_reward),
+            "with_bias": linears[0].bias is not None, "squash_output": bool(policy.squash_output),
+            "n_params": model.n_params, "action_layers": layers(policy.action_net)}
+
+
 def describe(algo: str, model, envs) -> dict:
+    if algo == "ars":
+        return describe_ars(model, envs)
     d: dict = {"n_envs": envs.num_envs, "gamma": model.gamma, "lr_start": model.lr_schedule(1.0),
                "lr_half": model.lr_schedule(0.5)}
     policy = model.policy
@@ -176,7 +191,7 @@ def main() -> None:
     algo = path.rsplit("/", 1)[-1].split(".")[0]
     model, envs = build(algo, dict(rows[row_name]), env_id)
     d = describe(algo, model, envs)
-    if isinstance(model.action_noise, OrnsteinUhlenbeckActionNoise):
+    if isinstance(getattr(model, "action_noise", None), OrnsteinUhlenbeckActionNoise):
         d["noise_reset_at_episode_end"] = noise_reset(algo, dict(rows[row_name]), env_id)
     print(json.dumps(d))
 

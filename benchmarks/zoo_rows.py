@@ -30,7 +30,7 @@ COMPARED = [("a2c", "atari", "BreakoutNoFrameskip-v4"), ("ddpg", "MountainCarCon
             ("dqn", "MountainCar-v0", "MountainCar-v0"), ("ppo", "Hopper-v4", "Hopper-v5"),
             ("sac", "MountainCarContinuous-v0", "MountainCarContinuous-v0"), ("td3", "Walker2d-v4", "Walker2d-v5"),
             ("trpo", "Hopper-v4", "Hopper-v5"), ("qrdqn", "LunarLander-v3", "LunarLander-v3"),
-            ("tqc", "LunarLanderContinuous-v3", "LunarLanderContinuous-v3")]
+            ("tqc", "LunarLanderContinuous-v3", "LunarLanderContinuous-v3"), ("ars", "Pendulum-v1", "Pendulum-v1")]
 # why a value may differ, by attribute (shown where rlexp's value, in SB3's convention, is not SB3's)
 EXPLAINED = {
     ("ddpg", "target_policy_noise"): "SB3's DDPG is TD3 with target noise clipped to 0 (no smoothing): rlexp's "
@@ -141,9 +141,23 @@ def dense_layers(model) -> list[list]:
     return out
 
 
+def ars_side(agent, cfg) -> dict:
+    """ARS's search settings and policy in sb3-contrib's conventions."""
+    a = cfg.agent
+    return {"lr_start": agent.lr, "lr_half": agent.lr * (0.5 if a.lr_schedule == "linear" else 1.0),
+            "n_delta": agent.n_delta, "n_top": agent.n_top, "delta_std": agent.delta_std,
+            "zero_policy": agent.zero_policy, "alive_bonus_offset": agent.alive_bonus_offset, "n_eval_episodes": 1,
+            "norm_obs": bool(a.normalize_obs), "norm_reward": bool(a.normalize_reward), "with_bias": agent.with_bias,
+            "squash_output": agent.squash, "n_params": agent.n_params,
+            "hidden": [[units, agent.activation] for units in agent.hidden], "built_hidden": len(agent.hidden),
+            "heads": 1, "initializer": "torch"}
+
+
 def rlexp_side(algo: str, key: str, env_id: str) -> dict:
     """The built agent's hyperparameters in SB3's conventions."""
     agent, cfg = rlexp_agent(algo, key, env_id)
+    if algo == "ars":
+        return ars_side(agent, cfg)
     a = cfg.agent
     optimizer = next(iter(agent.optimizers().values()))
     kind = type(optimizer).__name__.replace("Fused", "")
@@ -237,7 +251,7 @@ KERAS_ADAM = ("differs: Keras' Adam adds epsilon to the root of the uncorrected 
               "where gradients are near epsilon (agent.optimizer=adam_torch steps as PyTorch's)")
 
 SB3_LAYER_NAMES = {"ReLU": "relu", "Tanh": "tanh", "GELU": "gelu", "ELU": "elu", None: None}
-WITH_OUTPUT = {"actor_layers", "critic_layers", "q_layers"}  # SB3 lists these with their output layer
+WITH_OUTPUT = {"actor_layers", "critic_layers", "q_layers", "action_layers"}  # SB3 lists these with their output
 
 
 def same_value(mine, theirs) -> bool:
@@ -255,6 +269,9 @@ def compare(algo: str, sb3: dict, ours: dict) -> list[tuple[str, str, str, str]]
         if name.endswith("_layers"):
             continue
         mine = ours.get(name, "(none)")
+        if name == "gradient_steps" and theirs == -1 and mine == sb3["train_freq"] * sb3["n_envs"]:
+            rows.append((name, "-1", repr(mine), "same (-1: one update per env step collected, train_freq x n_envs)"))
+            continue
         if name == "optimizer_eps" and ours.get("optimizer") == "RMSprop" and sb3["optimizer"] == "RMSprop":
             mine = math.sqrt(mine)  # PyTorch's epsilon outside the square root
         same = same_value(mine, theirs)

@@ -5,6 +5,7 @@ from rlexp.runtime.quiet import import_tensorflow
 import_tensorflow()  # before the agents' modules import it: TensorFlow without its start-up noise
 from rlexp.agents.a2c import A2C  # noqa: E402
 from rlexp.agents.acer import ACER  # noqa: E402
+from rlexp.agents.ars import ARS  # noqa: E402
 from rlexp.agents.base import Agent  # noqa: E402
 from rlexp.agents.ddpg import DDPG  # noqa: E402
 from rlexp.agents.dqfd import DQfD  # noqa: E402
@@ -20,8 +21,8 @@ from rlexp.agents.tqc import TQC  # noqa: E402
 from rlexp.agents.trpo import TRPO  # noqa: E402
 from rlexp.agents.vpg import VPG  # noqa: E402
 
-AGENTS: dict[str, type[Agent]] = {"a2c": A2C, "acer": ACER, "ddpg": DDPG, "dqfd": DQfD, "dqn": DQN, "naf": NAF, "ppo": PPO,
+AGENTS: dict[str, type[Agent]] = {"a2c": A2C, "acer": ACER, "ars": ARS, "ddpg": DDPG, "dqfd": DQfD, "dqn": DQN, "naf": NAF, "ppo": PPO,
                                   "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "tqc": TQC, "trpo": TRPO, "vpg": VPG}
 
-__all__ = ["AGENTS", "Agent", "OffPolicyAgent", "OnPolicyAgent", "A2C", "ACER", "DDPG", "DQfD", "DQN", "NAF", "PPO", "QRDQN",
+__all__ = ["AGENTS", "Agent", "OffPolicyAgent", "OnPolicyAgent", "A2C", "ACER", "ARS", "DDPG", "DQfD", "DQN", "NAF", "PPO", "QRDQN",
            "SAC", "TD3", "TQC", "TRPO", "VPG"]

@@ -8,6 +8,7 @@ AGENT_TITLES = {
     "agent_base": "Shared by all agents (`conf/agent_base.yaml`)",
     "a2c": "A2C (`agent=a2c`, discrete, continuous, multi-discrete, multi-binary; recurrent models)",
     "acer": "ACER (`agent=acer`, discrete)",
+    "ars": "ARS (`agent=ars`, discrete, continuous; vector observations)",
     "ddpg": "DDPG (`agent=ddpg`, continuous)",
     "dqfd": "DQfD (`agent=dqfd`, discrete; DQN's options too)",
     "dqn": "DQN / Double DQN (`agent=dqn`, discrete)",

@@ -7,15 +7,16 @@ from typing import Any, Callable
 
 from rlexp.presets.zoo.rows import ZooRow, ZooRowError
 
-INTEGERS = {"n_steps", "batch_size", "n_epochs", "buffer_size", "learning_starts", "gradient_steps",
+INTEGERS = {"n_delta", "n_eval_episodes", "n_steps", "batch_size", "n_epochs", "buffer_size", "learning_starts", "gradient_steps",
             "target_update_interval", "policy_delay", "n_critic_updates", "cg_max_steps", "line_search_max_iter",
             "sub_sampling_factor", "sde_sample_freq", "n_envs", "frame_stack", "top_quantiles_to_drop_per_net"}
 NUMBERS = {"gamma", "gae_lambda", "vf_coef", "max_grad_norm", "tau", "exploration_fraction", "exploration_initial_eps",
            "exploration_final_eps", "noise_std", "target_policy_noise", "target_noise_clip", "rms_prop_eps",
            "cg_damping", "line_search_shrinking_factor", "n_timesteps"}
 SCHEDULES = {"learning_rate", "clip_range", "clip_range_vf"}  # RL Zoo's `_preprocess_schedules`
-BOOLEANS = {"use_sde", "normalize_advantage", "use_rms_prop", "use_sde_at_warmup", "optimize_memory_usage"}
-OPTIONAL = {"clip_range_vf", "target_kl"}  # null: off
+BOOLEANS = {"use_sde", "normalize_advantage", "use_rms_prop", "use_sde_at_warmup", "optimize_memory_usage",
+            "zero_policy"}
+OPTIONAL = {"clip_range_vf", "target_kl", "n_top"}  # null: off (n_top: all directions)
 
 
 class Problems:

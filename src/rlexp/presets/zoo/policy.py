@@ -25,10 +25,11 @@ POLICY_OPTIONS = {
     "ddpg": COMMON_OPTIONS | {"n_critics", "share_features_extractor"},
     "dqn": COMMON_OPTIONS,
     "qrdqn": COMMON_OPTIONS | {"n_quantiles"},
+    "ars": {"net_arch", "activation_fn", "with_bias", "squash_output"},
     "tqc": COMMON_OPTIONS | {"log_std_init", "use_expln", "clip_mean", "n_critics", "n_quantiles",
                              "share_features_extractor"},
 }
-POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy", "MlpLstmPolicy", "CnnLstmPolicy")
+POLICIES = ("MlpPolicy", "CnnPolicy", "MultiInputPolicy", "MlpLstmPolicy", "CnnLstmPolicy", "LinearPolicy")
 ACTIVATIONS = {"ReLU": "relu", "Tanh": "tanh", "GELU": "gelu", "ELU": "elu", "SiLU": "silu",
                "LeakyReLU": "leaky_relu", "Sigmoid": "sigmoid"}
 NATURE_CNN = [{"type": "conv", "filters": 32, "kernel": 8, "stride": 4, "activation": "relu", "common": True},
@@ -38,7 +39,7 @@ NATURE_CNN = [{"type": "conv", "filters": 32, "kernel": 8, "stride": 4, "activat
               {"type": "dense", "units": 512, "activation": "relu", "common": True}]
 NUMBER_OPTIONS = {"log_std_init", "clip_mean"}
 INTEGER_OPTIONS = {"lstm_hidden_size", "n_lstm_layers", "n_critics", "n_quantiles"}
-BOOLEAN_OPTIONS = {"ortho_init", "full_std", "use_expln", "squash_output", "share_features_extractor",
+BOOLEAN_OPTIONS = {"ortho_init", "full_std", "use_expln", "squash_output", "with_bias", "share_features_extractor",
                    "normalize_images", "shared_lstm", "enable_critic_lstm"}
 EXTRACTORS = {"MlpPolicy": "FlattenExtractor", "MlpLstmPolicy": "FlattenExtractor", "CnnPolicy": "NatureCNN",
               "CnnLstmPolicy": "NatureCNN", "MultiInputPolicy": "CombinedExtractor"}

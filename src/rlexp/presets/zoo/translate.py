@@ -57,7 +57,8 @@ SB3_DEFAULTS: dict[str, dict[str, Any]] = {
                 target_entropy="auto", top_quantiles_to_drop_per_net=2, use_sde=False, sde_sample_freq=-1,
                 use_sde_at_warmup=False),
 }
-QUANTILES = ("qrdqn", "tqc")  # sb3-contrib's distributional agents
+SB3_DEFAULTS["ars"] = dict(n_delta=8, n_top=None, learning_rate=0.02, delta_std=0.05, zero_policy=True,
+                           alive_bonus_offset=0, n_eval_episodes=1)
 # the rlexp agent each file trains (ppo_lstm.yml: PPO with model=lstm)
 AGENT_OF = {"ppo_lstm": "ppo"}
 # keys read outside the algorithm's own (the run, the env, the network)
@@ -89,6 +90,9 @@ def translate(row: ZooRow) -> dict[str, dict[str, Any]]:
         sections["agent"] = on_policy_agent(row, values, policy_options, int(sections["env"]["n_envs"]), problems)
     elif algo in ("dqn", "qrdqn"):
         sections["agent"], sections["buffer"] = dqn_agent(row, values, image, policy_options, problems)
+    elif algo == "ars":
+        sections["agent"] = ars_agent(row, values, sections, problems)
+        sections["env"]["n_envs"] = 2 * int(sections["agent"]["n_delta"])  # (all candidates side by side)
     else:
         sections["agent"], sections["buffer"] = actor_critic_agent(row, values, policy_options, problems)
     problems.raise_any()
@@ -209,6 +213,30 @@ def on_policy_agent(row: ZooRow, values: dict[str, Any], options: dict[str, Any]
                      critic_iterations=int(values["n_critic_updates"]),
                      fvp_n_steps=int(values["sub_sampling_factor"]), entropy_coef=0.0)
     return agent | policy_keys(row, values, options, problems)
+
+
+def ars_agent(row: ZooRow, values: dict[str, Any], sections: dict[str, Any], problems: Problems) -> dict[str, Any]:
+    """sb3-contrib's ARS: LinearPolicy (no bias, clipped actions) or MlpPolicy (biases, tanh-squashed actions), its
+    hidden layers from the model section; one episode per candidate. rlexp runs the candidates in parallel env
+    copies (env.n_envs = 2 x n_delta), which changes no result: each still runs one fresh episode."""
+    if int(values["n_eval_episodes"]) != 1:
+        problems.add("n_eval_episodes", f"= {values['n_eval_episodes']}: rlexp's ARS runs one episode per candidate")
+    for key in ("delta_std", "alive_bonus_offset"):
+        if as_number(values[key]) is None:
+            problems.add(key, f"= {values[key]!r} is not a number")
+    linear = str(values.get("policy", "LinearPolicy")) == "LinearPolicy"
+    kwargs = problems.attempt(lambda: literal_dict(values.get("policy_kwargs", "dict()"), "policy_kwargs", row), {})
+    layers = [layer for layer in sections["model"]["layers"] if not layer.get("output")]
+    lr, lr_schedule = schedule(values["learning_rate"])
+    return {"lr": lr, "lr_schedule": lr_schedule, "n_delta": int(values["n_delta"]),
+            "n_top": None if values["n_top"] is None else int(values["n_top"]),
+            "delta_std": as_number(values["delta_std"]) or 0.05, "zero_policy": bool(values["zero_policy"]),
+            "alive_bonus_offset": as_number(values["alive_bonus_offset"]) or 0.0,
+            "net_arch": [] if linear else [int(layer["units"]) for layer in layers],
+            "with_bias": bool(kwargs.get("with_bias", not linear)),
+            "squash_output": bool(kwargs.get("squash_output", not linear)),
+            "activation": layers[0]["activation"] if layers and not linear else "relu",
+            **normalization(row, values, problems)}
 
 
 def coefficient(values: dict[str, Any], key: str, problems: Problems) -> float:
