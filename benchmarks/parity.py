@@ -117,6 +117,11 @@ CASES = {
                                   "RL Zoo's qrdqn.yml LunarLander-v3 row, as qrdqn-cartpole-zoo"),
     "tqc-pendulum-zoo": Case(["agent=tqc", "env=pendulum"], "tqc-pendulum-zoo", 20_000,
                              "RL Zoo's tqc.yml Pendulum-v1 row, as dqn-mountaincar-zoo (sb3-contrib's TQC)"),
+    "ars-cartpole-zoo": Case(["agent=ars", "env=cartpole"], "ars-cartpole-zoo", 50_000,
+                             "RL Zoo's ars.yml CartPole-v1 row, as dqn-mountaincar-zoo (sb3-contrib's ARS; rlexp runs "
+                             "the 4 candidates of an update in 4 env copies, sb3-contrib one after another in 1)"),
+    "ars-pendulum-zoo": Case(["agent=ars", "env=pendulum"], "ars-pendulum-zoo", 2_000_000,
+                             "RL Zoo's ars.yml Pendulum-v1 row, as ars-cartpole-zoo (8 env copies)"),
     "ppo-lstm-cartpole-novel-20k": Case([*LSTM, "env=cartpole_novel"], "ppo-lstm-cartpole-novel", 20_000,
                                         "RL Zoo's ppo_lstm.yml CartPoleNoVel-v1 row with observations normalised, "
                                         "rewards not (RL Zoo's current row normalises both); rlexp: "
@@ -131,7 +136,7 @@ CASES = {
 FAMILIES = {"trpo": "TRPO (rlexp's TRPO, sb3-contrib's TRPO)", "dqn": "DQN (rlexp's DQN, SB3's DQN)",
             "td3": "TD3 (rlexp's TD3, SB3's TD3)",
             "ddpg": "DDPG (rlexp's DDPG, SB3's DDPG)",
-            "qrdqn": "QR-DQN (rlexp's QRDQN, sb3-contrib's QRDQN)", "tqc": "TQC (rlexp's TQC, sb3-contrib's TQC)",
+            "qrdqn": "QR-DQN (rlexp's QRDQN, sb3-contrib's QRDQN)", "ars": "ARS (rlexp's ARS, sb3-contrib's ARS)", "tqc": "TQC (rlexp's TQC, sb3-contrib's TQC)",
             "ppo-lstm": "Recurrent PPO (rlexp's PPO with model=lstm, sb3-contrib's RecurrentPPO)"}
 # What differs between the implementations with the same settings, read from both sides' code
 DIFFERENCES = {
@@ -200,6 +205,14 @@ DIFFERENCES = {
         "critics, the actor, then the entropy coefficient. Both use the coefficient's value from before its step in all "
         "three losses, and the actor's log-probabilities from before the actor's step in the coefficient's loss",
         "random streams: as QR-DQN's",
+    ],
+    "ars": [
+        "the same search, read from both sides' code: n_delta Gaussian directions, one episode at +-delta_std each, "
+        "the n_top directions by their better return, a step of lr / (n_top x the kept returns' std, n - 1) along "
+        "sum((r+ - r-) delta); LinearPolicy without bias, its actions clipped; MlpPolicy with biases, ReLU, tanh "
+        "rescaled to the bounds; observation statistics updated by the candidates' steps",
+        "candidates: rlexp runs an update's candidates in parallel env copies, each from a fresh reset; sb3-contrib "
+        "one after another in one env. The observation statistics therefore see the steps in another order",
     ],
     "ddpg": [
         "the same update, read from both sides' code: TD3's (above) with one critic, no target smoothing noise, and "
