@@ -53,6 +53,12 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "qrdqn-acrobot": (["agent=qrdqn", "env=acrobot", "run.max_steps=1e5", "run.target_reward=null"], -100),
     "qrdqn-lunarlander": (["agent=qrdqn", "env=lunarlander", "run.max_steps=1e5", "run.target_reward=null"], 0),
     "tqc-pendulum": (["agent=tqc", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    # sb3-contrib's ARS on RL Zoo's ars.yml rows (Swimmer: its `default` row, which RL Zoo trains there); RL Zoo's
+    # scores: CartPole 500, Pendulum -212.5 +- 160.4, Swimmer-v3 355.3
+    "ars-cartpole": (["agent=ars", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null"], 475),
+    "ars-pendulum": (["agent=ars", "env=pendulum", "run.max_steps=2e6", "run.target_reward=null"], -400),
+    "ars-swimmer": (["agent=ars", "env=generic", "env.id=Swimmer-v5", "zoo.row=default", "run.max_steps=2e6",
+                     "run.target_reward=null"], 200),
     # RL Zoo's MiniGrid rows (ppo.yml, FlatObsWrapper; the `minigrid` extra): RL Zoo 0.964 and 0.968 at 100k
     "ppo-minigrid-doorkey": (["agent=ppo", "env=generic", "env.id=MiniGrid-DoorKey-5x5-v0", "run.max_steps=1e5",
                               "run.target_reward=null"], 0.9),
