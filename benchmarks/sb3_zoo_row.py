@@ -57,7 +57,7 @@ def build(algo: str, row: dict, env_id: str, max_episode_steps: int | None = Non
     if frame_stack:
         envs = VecFrameStack(envs, n_stack=int(frame_stack))
     if normalize:
-        options = eval(normalize, {"__builtins__": {}}, {}) if isinstance(normalize, str) else {}
+        options = eval(normalize, {"__builtins__": {}}, NAMES) if isinstance(normalize, str) else {}
         envs = VecNormalize(envs, gamma=float(params.get("gamma", 0.99)), **options)
     if noise_type is not None:
         n = envs.action_space.shape[0]
