@@ -68,7 +68,8 @@ class ARS(Agent):
     # ----- the policy: one flat weight vector ---------------------------------------------------------
     def build(self) -> None:
         if len(self.obs_shape) != 1:
-            raise UserError(f"ARS acts on vector observations, got shape {self.obs_shape}")
+            raise UserError(f"agent=ars acts on vector observations, got shape {self.obs_shape}; pick an env with vector "
+                            "observations (a linear policy over pixels is not what ARS searches)")
         sizes = [self.obs_shape[0], *self.hidden, self.n_actions]
         self.layers = [(n_in, n_out) for n_in, n_out in zip(sizes[:-1], sizes[1:])]  # kernel, then bias, per layer
         self.n_params = sum(n_in * n_out + (n_out if self.with_bias else 0) for n_in, n_out in self.layers)
