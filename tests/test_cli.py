@@ -252,7 +252,7 @@ def test_help_lists_groups_modes_and_examples(tmp_path):
     by_key = result.stdout.split("Preset folders applied through a key (not group=option):\n")[1].split("\n\n")[0]
     assert [line.split(" (")[0] for line in by_key.splitlines()] == ["fallback=auto|none: fallbacks/",
                                                                     "+sweep=<name>: sweep/"]
-    assert "sweep/ (a search space for -m or mode=autotune): a2c, a2c_continuous, ddpg, dqn, ppo, ppo_continuous, sac, td3, trpo, trpo_continuous" in by_key
+    assert "sweep/ (a search space for -m or mode=autotune): a2c, a2c_continuous, ars, ddpg, dqn, ppo, ppo_continuous, qrdqn, sac, td3, tqc, trpo, trpo_continuous" in by_key
 
 
 def test_final_evaluation_at_an_evaluation_step_is_one_tensorboard_point(tmp_path):
