@@ -32,6 +32,13 @@ REFUSED_KEYS = ("agent.normalize_obs", "agent.normalize_reward", "agent.use_sde"
 GROUPS = ("agent", "model", "buffer", "env", "logger")
 
 
+def packed_result(metrics: Mapping[str, Any], trial_id: int) -> dict[str, Any]:
+    """One trial's part of what a packed job returned: {state: complete | pruned | fail, error, steps, ...}."""
+    found = dict(metrics["trials"].get(str(trial_id)) or {"state": "fail", "error": "the packed job has no result"})
+    found["state"] = {"failed": "fail"}.get(found["state"], found["state"])
+    return found
+
+
 def member_results(metrics: Mapping[str, Any]) -> list[Mapping[str, Any]]:
     """The per-seed objectives a job returned: a population's members', or the job's own (one seed)."""
     return list(metrics.get("members") or [metrics])
@@ -43,6 +50,9 @@ class Populations:
     s: dict[str, Any]
     n_seeds: int
     config: Any
+    carried: Any  # a trial claimed for the next packed job
+    claim: Any
+    trial_jobs: Any
 
     def agent_class(self) -> type | None:
         target = OmegaConf.select(self.config, "agent._target_", default=None)
@@ -127,14 +137,36 @@ class Populations:
     def pack_key(self, trial: Any) -> str:
         """What trials packed together share: every value but those members may differ in."""
         members = self.member_params()
-        shared = {k: v for k, v in params_of(trial).items() if k.lstrip("+~") not in members}
-        return json.dumps(shared, sort_keys=True, default=str)
+        params = params_of(trial)
+        shared = {k: v for k, v in params.items() if k.lstrip("+~") not in members}
+        own = sorted(k for k in params if k.lstrip("+~") in members)  # (each member gets a value of each)
+        return json.dumps([shared, own], sort_keys=True, default=str)
 
     def pack_seeds(self, trial: Any) -> list[int]:
         """A packed trial's seeds: seed, seed+1, ... with seeds_per_trial, else its own seed."""
         if self.n_seeds > 1:
             return [self.seed + i for i in range(self.n_seeds)]
         return [int(params_of(trial).get("seed", self.fixed.get("seed", self.seed)))]
+
+    def next_trials(self, study: Any, beat: Any) -> list[Running]:
+        """The next trial's jobs, or [] when the study takes no more. With trials_per_job=K: up to K trials claimed
+        one after another that differ only in members' values, as one job; a claimed trial whose other values
+        differ is kept for the next job."""
+        packed = int(self.s.get("trials_per_job") or 1)
+        trials = [self.carried] if self.carried is not None else []
+        self.carried = None
+        while len(trials) < packed:
+            trial = self.claim(study)
+            if trial is None:
+                break
+            beat.add(trial._trial_id)
+            if trials and self.pack_key(trial) != self.pack_key(trials[0]):
+                self.carried = trial
+                break
+            trials.append(trial)
+        if len(trials) > 1:
+            return self.pack_job(study, trials)
+        return [self.trial_jobs(study, trial) for trial in trials]
 
     def pack_job(self, study: Any, trials: list[Any]) -> list[Running]:
         """One job of `trials` (alike but for members' values): their seeds as one population in

@@ -109,6 +109,14 @@ class Slots:
         self.pool.shutdown(wait=False, cancel_futures=True)
 
 
+def trial_console(launcher: Any) -> bool:
+    """Whether a trial's info lines may go to its console: not where the launcher runs it in another process
+    on the sweep's own console (joblib's), which would interleave every trial's lines with the sweep's."""
+    module = type(launcher).__module__
+    return runs_in_process(launcher) or module.startswith(("hydra_plugins.rlexp_sweeper",
+                                                           "hydra_plugins.hydra_submitit_launcher"))
+
+
 def stopped_by_ctrl_c(result: Any) -> bool:
     """Whether a job ended because a Ctrl-C reached its process (a KeyboardInterrupt, raw or as TrialFailed's line)
     before it reached the sweep: the sweep was interrupted, not the trial failed."""

@@ -26,8 +26,8 @@ from rlexp.sweep.pruning import LEADER_ENDED, TRIAL_ENV
 from rlexp.sweep.checks import MEASURE_ATTR, SPACE_ATTR, Checks
 from rlexp.sweep.confirm import Confirmation
 from rlexp.sweep.report import BASELINE_ATTR, STEPS_ATTR, Report, _format, params_of
-from rlexp.sweep.populations import Populations, member_results
-from rlexp.sweep.scheduler import Job, Running, Slots, runs_in_process, stopped_by_ctrl_c
+from rlexp.sweep.populations import Populations, member_results, packed_result
+from rlexp.sweep.scheduler import Job, Running, Slots, runs_in_process, stopped_by_ctrl_c, trial_console
 from rlexp.sweep.trials import (FIRST_ATTR, INTERRUPTED_ATTR, MARKED_ATTR, REFERENCE_ATTR, REFUSED_ATTR,
                                 RESERVED_ATTR, aggregate, counted_trials, first_key, reseed, trial_seed)
 from rlexp.sweep.settings import check_settings, one_line
@@ -277,26 +277,6 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
                 return owner.pending.pop(0)
         return None
 
-    def next_trials(self, study: optuna.Study, beat: Heartbeat) -> list[Running]:
-        """The next trial's jobs, or [] when the study takes no more. With trials_per_job=K: up to K trials claimed
-        one after another that differ only in members' values, as one job (rlexp.sweep.populations); a claimed
-        trial whose other values differ is kept for the next job."""
-        packed = int(self.s.get("trials_per_job") or 1)
-        trials = [self.carried] if self.carried is not None else []
-        self.carried = None
-        while len(trials) < packed:
-            trial = self.claim(study)
-            if trial is None:
-                break
-            beat.add(trial._trial_id)
-            if trials and self.pack_key(trial) != self.pack_key(trials[0]):
-                self.carried = trial
-                break
-            trials.append(trial)
-        if len(trials) > 1:
-            return self.pack_job(study, trials)
-        return [self.trial_jobs(study, trial) for trial in trials]
-
     def claim(self, study: optuna.Study) -> optuna.trial.Trial | None:
         """The study's next trial for this worker, or None when the study holds n_trials (a grid: each point once)
         or the step budget can't take one more. Under the claim lock, so that workers never overshoot."""
@@ -395,14 +375,6 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
             job.owner = owner
         return owner
 
-    @property
-    def trial_console(self) -> bool:
-        """Whether a trial's info lines may go to its console: not where the launcher runs it in another process
-        on the sweep's own console (joblib's), which would interleave every trial's lines with the sweep's."""
-        module = type(self.launcher).__module__
-        return runs_in_process(self.launcher) or module.startswith(("hydra_plugins.rlexp_sweeper",
-                                                                    "hydra_plugins.hydra_submitit_launcher"))
-
     def trial_seeds(self) -> list[int | None]:
         """The seeds of one trial: the config's seed alone, or seed, seed+1, ... with seeds_per_trial."""
         return [None] if self.n_seeds == 1 else [self.seed + i for i in range(self.n_seeds)]
@@ -416,7 +388,7 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
                 "seeds": self.n_seeds, "max_env_steps": self.cap if report else None, "prune": self.prune and report,
                 "reference": reference, "leader": index == 0, "pruner": self.s["pruner"],
                 "warmup_trials": self.s["warmup_trials"], "warmup_steps": self.s["warmup_steps"],
-                "reports": self.s["reports"], "last_evals": self.s["last_evals"], "console": self.trial_console,
+                "reports": self.s["reports"], "last_evals": self.s["last_evals"], "console": trial_console(self.launcher),
                 "population": self.population}
         if pack:  # several trials in one job (rlexp.sweep.member_trials reports to each)
             spec.update(trial_id=None, pack=pack, population=True)
@@ -444,11 +416,9 @@ class OptunaSweep(Budget, Checks, Confirmation, Report, Populations):
                 except (TypeError, ValueError):
                     return TrialState.FAIL, None, f"the task returned {metrics!r}, not a number"
             if "trials" in metrics and trial is not None:  # a packed job's: this trial's part
-                metrics = metrics["trials"].get(str(trial._trial_id)) or {"state": "failed",
-                                                                          "error": "the packed job has no result of it"}
+                metrics = packed_result(metrics, trial._trial_id)
                 if metrics["state"] != "complete":
-                    pruned = metrics["state"] == "pruned"
-                    return (TrialState.PRUNED if pruned else TrialState.FAIL), None, metrics.get("error")
+                    return TrialState[metrics["state"].upper()], None, metrics.get("error")
             value = metrics.get(self.objective)
             if value is None or not math.isfinite(value):
                 return TrialState.FAIL, None, f"objective {self.objective} is {value}"
