@@ -117,6 +117,8 @@ CASES = {
                                   "RL Zoo's qrdqn.yml LunarLander-v3 row, as qrdqn-cartpole-zoo"),
     "tqc-pendulum-zoo": Case(["agent=tqc", "env=pendulum"], "tqc-pendulum-zoo", 20_000,
                              "RL Zoo's tqc.yml Pendulum-v1 row, as dqn-mountaincar-zoo (sb3-contrib's TQC)"),
+    "crossq-pendulum-zoo": Case(["agent=crossq", "env=pendulum"], "crossq-pendulum-zoo", 20_000,
+                                "RL Zoo's crossq.yml Pendulum-v1 row, as dqn-mountaincar-zoo (sb3-contrib's CrossQ)"),
     "ars-cartpole-zoo": Case(["agent=ars", "env=cartpole"], "ars-cartpole-zoo", 50_000,
                              "RL Zoo's ars.yml CartPole-v1 row, as dqn-mountaincar-zoo (sb3-contrib's ARS; rlexp runs "
                              "the 4 candidates of an update in 4 env copies, sb3-contrib one after another in 1)"),
@@ -137,6 +139,7 @@ FAMILIES = {"trpo": "TRPO (rlexp's TRPO, sb3-contrib's TRPO)", "dqn": "DQN (rlex
             "td3": "TD3 (rlexp's TD3, SB3's TD3)",
             "ddpg": "DDPG (rlexp's DDPG, SB3's DDPG)",
             "qrdqn": "QR-DQN (rlexp's QRDQN, sb3-contrib's QRDQN)", "ars": "ARS (rlexp's ARS, sb3-contrib's ARS)", "tqc": "TQC (rlexp's TQC, sb3-contrib's TQC)",
+            "crossq": "CrossQ (rlexp's CrossQ, sb3-contrib's CrossQ)",
             "ppo-lstm": "Recurrent PPO (rlexp's PPO with model=lstm, sb3-contrib's RecurrentPPO)"}
 # What differs between the implementations with the same settings, read from both sides' code
 DIFFERENCES = {
@@ -204,6 +207,16 @@ DIFFERENCES = {
         "order within an update: sb3-contrib steps the entropy coefficient, then the critics, then the actor; rlexp the "
         "critics, the actor, then the entropy coefficient. Both use the coefficient's value from before its step in all "
         "three losses, and the actor's log-probabilities from before the actor's step in the coefficient's loss",
+        "random streams: as QR-DQN's",
+    ],
+    "crossq": [
+        "the same update, read from both sides' code: no target networks; a' ~ pi(s') with the actor's running "
+        "statistics; both critics run once in training mode on the joint batch [(s, a); (s', a')] and the target is "
+        "the minimum of its second half; the actor and entropy coefficient step every policy_delay critic steps, the "
+        "actor's batch renormalisation learning in that step, the critics' not; Batch Renormalization with momentum "
+        "0.01, epsilon 0.001, 100k warm-up steps; Adam betas (0.5, 0.999) for the actor and critics, PyTorch's "
+        "defaults for the entropy coefficient",
+        "order within an update: as TQC's",
         "random streams: as QR-DQN's",
     ],
     "ars": [

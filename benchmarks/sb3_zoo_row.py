@@ -17,7 +17,7 @@ import numpy as np
 import torch as th
 import torch.nn as nn
 import yaml
-from sb3_contrib import ARS, QRDQN, TQC, TRPO
+from sb3_contrib import ARS, QRDQN, TQC, TRPO, CrossQ
 from stable_baselines3 import A2C, DDPG, DQN, PPO, SAC, TD3
 from stable_baselines3.common.atari_wrappers import AtariWrapper
 from stable_baselines3.common.env_util import make_vec_env
@@ -25,7 +25,7 @@ from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckA
 from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
 
-ALGOS = {"a2c": A2C, "ars": ARS, "ddpg": DDPG, "dqn": DQN, "ppo": PPO, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "tqc": TQC,
+ALGOS = {"a2c": A2C, "ars": ARS, "crossq": CrossQ, "ddpg": DDPG, "dqn": DQN, "ppo": PPO, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "tqc": TQC,
          "trpo": TRPO}
 NAMES = {"nn": nn, "th": th, "RMSpropTFLike": RMSpropTFLike, "dict": dict}  # what RL Zoo's files name
 

@@ -186,7 +186,7 @@ def test_kill_then_resume_continues_the_history(tmp_path):
     (["+resume=no/such/run"], "+resume=no/such/run: no such run dir "),
     (["buffer.initial_size=500", "buffer.max_size=100", "agent=dqn"], "initial_size=500 is greater"),
     (["model=nature_cnn"], "conv layers but the observations are vectors"),
-    (["agent=nosuch"], "agent presets: a2c, acer, ars, ddpg"),
+    (["agent=nosuch"], "agent presets: a2c, acer, ars, crossq, ddpg"),
     (["agent.lr=abc"], "agent.lr='abc' must be a number"),
     (["agent=dqn", "buffer.max_size=big"], "buffer.max_size='big' must be an integer"),
     (["env.n_envs=0"], "env.n_envs=0 must be at least 1"),
@@ -243,7 +243,7 @@ def test_plot_mode_overlays_runs(trained):
 def test_help_lists_groups_modes_and_examples(tmp_path):
     result = rlexp(tmp_path, "--help")
     assert result.returncode == 0
-    for text in ("Config groups", "agent: a2c, acer, ars, ddpg, dqfd, dqn, naf, ppo, qrdqn, sac, td3, tqc, trpo, vpg", "Modes (mode=...)",
+    for text in ("Config groups", "agent: a2c, acer, ars, crossq, ddpg, dqfd, dqn, naf, ppo, qrdqn, sac, td3, tqc, trpo, vpg", "Modes (mode=...)",
                  "python -m rlexp agent=td3 env=pendulum", "logger: none, wandb"):
         assert text in result.stdout, text
     groups = result.stdout.split("Config groups (pick one option each")[1].split("\n\n")[0]
@@ -252,7 +252,7 @@ def test_help_lists_groups_modes_and_examples(tmp_path):
     by_key = result.stdout.split("Preset folders applied through a key (not group=option):\n")[1].split("\n\n")[0]
     assert [line.split(" (")[0] for line in by_key.splitlines()] == ["fallback=auto|none: fallbacks/",
                                                                     "+sweep=<name>: sweep/"]
-    assert "sweep/ (a search space for -m or mode=autotune): a2c, a2c_continuous, ars, ddpg, dqn, ppo, ppo_continuous, qrdqn, sac, td3, tqc, trpo, trpo_continuous" in by_key
+    assert "sweep/ (a search space for -m or mode=autotune): a2c, a2c_continuous, ars, crossq, ddpg, dqn, ppo, ppo_continuous, qrdqn, sac, td3, tqc, trpo, trpo_continuous" in by_key
 
 
 def test_final_evaluation_at_an_evaluation_step_is_one_tensorboard_point(tmp_path):

@@ -196,7 +196,7 @@ def one_error_line(result) -> str:
     (["--config-dir", "no/such/dir"], "--config-dir no/such/dir: "),
     (["mode=init", "+dir=blocker/conf"], "+dir=blocker/conf: "),
     (["agent=ppp"], "agent=ppp: Could not find 'agent/ppp' (no such preset); did you mean agent=ppo? agent presets: "
-                    "a2c, acer, ars, ddpg, dqfd, dqn, naf, ppo, qrdqn, sac, td3, tqc, trpo, vpg"),
+                    "a2c, acer, ars, crossq, ddpg, dqfd, dqn, naf, ppo, qrdqn, sac, td3, tqc, trpo, vpg"),
     (["agent.learning_rate=1e-3"], "agent.learning_rate: no such setting; did you mean agent.lr=1e-3?"),
     (["agent=dqn", "agent.batch_size=64"], "agent.batch_size: no such setting; did you mean buffer.batch_size=64?"),
     (["run.max_step=5"], "run.max_step: no such setting; did you mean run.max_steps=5?"),

@@ -11,7 +11,7 @@ from importlib import import_module
 from typing import Any
 
 __version__ = "0.1.0"
-_LAZY = {"make_envs": "rlexp.envs.make", "make_member_envs": "rlexp.envs.members", **{name: "rlexp.agents" for name in ("A2C", "ACER", "ARS", "DDPG", "DQfD", "DQN", "NAF", "PPO", "QRDQN", "SAC", "TD3", "TQC",
+_LAZY = {"make_envs": "rlexp.envs.make", "make_member_envs": "rlexp.envs.members", **{name: "rlexp.agents" for name in ("A2C", "ACER", "ARS", "CrossQ", "DDPG", "DQfD", "DQN", "NAF", "PPO", "QRDQN", "SAC", "TD3", "TQC",
                                                                  "TRPO", "VPG")},
          "ReplayBuffer": "rlexp.buffers", "FrameBuffer": "rlexp.buffers", "RolloutBuffer": "rlexp.buffers", "UserError": "rlexp.errors"}
 

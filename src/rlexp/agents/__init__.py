@@ -7,6 +7,7 @@ from rlexp.agents.a2c import A2C  # noqa: E402
 from rlexp.agents.acer import ACER  # noqa: E402
 from rlexp.agents.ars import ARS  # noqa: E402
 from rlexp.agents.base import Agent  # noqa: E402
+from rlexp.agents.crossq import CrossQ  # noqa: E402
 from rlexp.agents.ddpg import DDPG  # noqa: E402
 from rlexp.agents.dqfd import DQfD  # noqa: E402
 from rlexp.agents.dqn import DQN  # noqa: E402
@@ -21,8 +22,8 @@ from rlexp.agents.tqc import TQC  # noqa: E402
 from rlexp.agents.trpo import TRPO  # noqa: E402
 from rlexp.agents.vpg import VPG  # noqa: E402
 
-AGENTS: dict[str, type[Agent]] = {"a2c": A2C, "acer": ACER, "ars": ARS, "ddpg": DDPG, "dqfd": DQfD, "dqn": DQN, "naf": NAF, "ppo": PPO,
+AGENTS: dict[str, type[Agent]] = {"a2c": A2C, "acer": ACER, "ars": ARS, "crossq": CrossQ, "ddpg": DDPG, "dqfd": DQfD, "dqn": DQN, "naf": NAF, "ppo": PPO,
                                   "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "tqc": TQC, "trpo": TRPO, "vpg": VPG}
 
-__all__ = ["AGENTS", "Agent", "OffPolicyAgent", "OnPolicyAgent", "A2C", "ACER", "ARS", "DDPG", "DQfD", "DQN", "NAF", "PPO", "QRDQN",
+__all__ = ["AGENTS", "Agent", "OffPolicyAgent", "OnPolicyAgent", "A2C", "ACER", "ARS", "CrossQ", "DDPG", "DQfD", "DQN", "NAF", "PPO", "QRDQN",
            "SAC", "TD3", "TQC", "TRPO", "VPG"]

@@ -87,11 +87,8 @@ class SAC(OffPolicyAgent):
         else:
             self.actor = self.build_model({"policy": 2 * self.n_actions}, name="actor")  # means and log stds
 
-        def critics(prefix):
-            return [self.build_model({"q": self.critic_units}, name=f"{prefix}{i}", extra_inputs=self.n_actions)
-                    for i in range(self.n_critics)]
-
-        self.critics, self.target_critics = critics("critic"), critics("target_critic")
+        self.critics = [self.build_critic(f"critic{i}") for i in range(self.n_critics)]
+        self.target_critics = [self.build_critic(f"target_critic{i}") for i in range(self.n_critics * self.targets)]
         for target, critic in zip(self.target_critics, self.critics):
             target.set_weights(critic.get_weights())
         members = [] if self.members is None else [self.members.count]  # a population's: one per member
@@ -100,14 +97,25 @@ class SAC(OffPolicyAgent):
         self.actor_optimizer.build(self.trainable_variables("actor"))
         self.critic_optimizer.build(self.trainable_variables("critic"))
         if self.learn_ent_coef:
-            self.ent_coef_optimizer = self.make_optimizer()
+            self.ent_coef_optimizer = self.make_ent_coef_optimizer()
             self.ent_coef_optimizer.build([self.log_ent_coef])
         self.updates = tf.Variable(0, dtype=tf.int64, name="updates")
 
+    targets = True  # target critics, soft-updated by `tau` (CrossQ has none)
+
+    def build_critic(self, name: str):
+        """One Q(s, a) critic with `critic_units` outputs."""
+        return self.build_model({"q": self.critic_units}, name=name, extra_inputs=self.n_actions)
+
+    def make_ent_coef_optimizer(self):
+        return self.make_optimizer()
+
     def models(self):
         names = {"actor": self.actor}
-        for i, (critic, target) in enumerate(zip(self.critics, self.target_critics)):
-            names |= {f"critic{i}": critic, f"target_critic{i}": target}
+        for i, critic in enumerate(self.critics):
+            names[f"critic{i}"] = critic
+        for i, target in enumerate(self.target_critics):
+            names[f"target_critic{i}"] = target
         return names
 
     def optimizers(self):
@@ -130,29 +138,30 @@ class SAC(OffPolicyAgent):
 
     # ----- the policy -------------------------------------------------------------------------------
     @no_autograph
-    def mean_log_std(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor]:
-        mean, log_std = tf.split(self.actor(obs), 2, axis=-1)
+    def mean_log_std(self, obs: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
+        mean, log_std = tf.split(self.actor(obs, training=training), 2, axis=-1)
         return mean, tf.clip_by_value(log_std, LOG_STD_MIN, LOG_STD_MAX)
 
     @no_autograph
-    def sde_params(self, obs: tf.Tensor) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
+    def sde_params(self, obs: tf.Tensor, training: bool = False) -> tuple[tf.Tensor, tf.Tensor, tf.Tensor]:
         """gSDE: means (clipped to +-clip_mean), features, and each action's log std: var_k = sum_j f_j^2 std_jk^2."""
-        mean, features = self.actor(obs)
+        mean, features = self.actor(obs, training=training)
         variance = tf.matmul(tf.square(features), tf.square(D.sde_std(self.log_std, self.expln)))
         if self.clip_mean > 0:
             mean = tf.clip_by_value(mean, -self.clip_mean, self.clip_mean)
         return mean, features, 0.5 * tf.math.log(variance + 1e-6)
 
     @no_autograph
-    def sample(self, obs: tf.Tensor, rng: tf.random.Generator | None = None) -> tuple[tf.Tensor, tf.Tensor]:
+    def sample(self, obs: tf.Tensor, rng: tf.random.Generator | None = None,
+               training: bool = False) -> tuple[tf.Tensor, tf.Tensor]:
         """Actions in [-1, 1] drawn from the squashed Gaussian (with `rng`, else `tf_rng`), with their
         log-probabilities (with gSDE, one noise matrix for the whole batch, drawn anew on each call and
-        differentiable in the stds)."""
+        differentiable in the stds). `training`: the actor's batch_renorm layers learn from `obs` (CrossQ)."""
         rng = self.tf_rng if rng is None else rng
         if not self.sde:
-            mean, log_std = self.mean_log_std(obs)
+            mean, log_std = self.mean_log_std(obs, training)
             return squashed_gaussian(mean, log_std, rng.normal(tf.shape(mean)))
-        mean, features, log_std = self.sde_params(obs)
+        mean, features, log_std = self.sde_params(obs, training)
         noise = tf.matmul(features, D.sde_std(self.log_std, self.expln) * rng.normal(tf.shape(self.log_std)))
         return squashed_gaussian(mean, log_std, noise * tf.exp(-log_std))
 
@@ -181,8 +190,8 @@ class SAC(OffPolicyAgent):
         return self.to_env(self.sample(obs, rng)[0])
 
     @no_autograph
-    def q(self, critic, obs: tf.Tensor, actions: tf.Tensor) -> tf.Tensor:
-        return critic(tf.concat([tf.cast(obs, tf.float32), actions], axis=-1))[:, 0]
+    def q(self, critic, obs: tf.Tensor, actions: tf.Tensor, training: bool = False) -> tf.Tensor:
+        return critic(tf.concat([tf.cast(obs, tf.float32), actions], axis=-1), training=training)[:, 0]
 
     # ----- learning ---------------------------------------------------------------------------------
     @no_autograph
@@ -223,7 +232,7 @@ class SAC(OffPolicyAgent):
         ent_coef = tf.exp(self.log_ent_coef)  # this step's coefficient, before its own update
         variables = self.trainable_variables("actor")
         with tf.GradientTape() as tape:
-            actions, log_prob = self.sample(obs)
+            actions, log_prob = self.sample(obs, training=True)
             loss = self.row_mean(self.per_row(ent_coef, log_prob) * log_prob - self.actor_q(obs, actions))
         self.optimizer_step(self.actor_optimizer, tape.gradient(loss, variables), variables)
         if self.learn_ent_coef:

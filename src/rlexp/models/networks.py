@@ -14,8 +14,9 @@ import keras
 import numpy as np
 
 from rlexp.errors import UserError
+from rlexp.models.batch_renorm import BatchRenorm
 
-LAYER_TYPES = ("dense", "conv", "flatten", "lstm", "gru")
+LAYER_TYPES = ("dense", "conv", "flatten", "batch_renorm", "lstm", "gru")
 RECURRENT_TYPES = ("lstm", "gru")
 INITIALIZERS = ("orthogonal", "glorot_uniform", "torch")
 # Per-part encoders of Dict/Tuple observations when the preset names none (`encoders: {image:, vector:, <key>:}`).
@@ -62,6 +63,11 @@ def is_recurrent(preset: Mapping[str, Any]) -> bool:
     return any(spec.get("type") in RECURRENT_TYPES for spec in preset.get("layers") or [])
 
 
+def has_batch_renorm(preset: Mapping[str, Any]) -> bool:
+    """Whether a model preset has batch_renorm layers (CrossQ's)."""
+    return any(spec.get("type") == "batch_renorm" for spec in preset.get("layers") or [])
+
+
 def mixed_precision() -> bool:
     return keras.mixed_precision.dtype_policy().name.startswith("mixed")
 
@@ -101,6 +107,10 @@ class Builder:
         kind = spec.get("type", "dense")
         if kind == "flatten":
             return self.per_step(keras.layers.Flatten(name=name))
+        if kind == "batch_renorm":  # (CrossQ's; the agent says when it trains: model(x, training=True))
+            return self.per_step(BatchRenorm(momentum=float(spec.get("momentum", 0.01)),
+                                             epsilon=float(spec.get("epsilon", 1e-3)),
+                                             warmup_steps=int(spec.get("warmup_steps", 100_000)), name=name))
         name_of_init = spec.get("initializer", self.defaults["initializer"])
         gain = float(spec.get("gain", self.defaults["gain"]))
         init = initializer(name_of_init, gain, fan_in)

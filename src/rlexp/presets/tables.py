@@ -11,6 +11,7 @@ AGENT_TITLES = {
     "ars": "ARS (`agent=ars`, discrete, continuous; vector observations)",
     "ddpg": "DDPG (`agent=ddpg`, continuous)",
     "dqfd": "DQfD (`agent=dqfd`, discrete; DQN's options too)",
+    "crossq": "CrossQ (`agent=crossq`, continuous; SAC's options too)",
     "dqn": "DQN / Double DQN (`agent=dqn`, discrete)",
     "naf": "NAF (`agent=naf`, continuous)",
     "ppo": "PPO (`agent=ppo`, discrete, continuous, multi-discrete, multi-binary; recurrent models)",

@@ -24,7 +24,7 @@ from rlexp.envs.normalize import Normalizer
 from rlexp.envs.spaces import is_image, is_structured, observation_parts, space_kind
 from rlexp.envs.wrappers import with_lost_lives
 from rlexp.errors import UserError
-from rlexp.models.networks import build_model, is_recurrent
+from rlexp.models.networks import build_model, has_batch_renorm, is_recurrent
 from rlexp.runs.history import History
 
 MIXED_PRECISION = (False, True, "float16", "bfloat16")
@@ -113,6 +113,7 @@ class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
     action_spaces: tuple[str, ...] = ("discrete", "continuous")
     recurrent_models = False  # supports model presets with lstm/gru layers
     mixed_precision_support = False
+    batch_renorm_models = False  # models with batch_renorm layers (CrossQ: it calls them with training=True)
     float16_support = False  # float16 compute needs loss scaling (on-policy `minimize`); bfloat16 does not
     auto_bfloat16 = False  # run.mixed_precision=auto may pick bfloat16 for vector models (see build.resolve_precision)
     off_policy = False
@@ -217,6 +218,9 @@ class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
         if self.recurrent and not self.recurrent_models:
             raise UserError(f"model={self.model_preset.get('name')} has recurrent (lstm/gru) layers, which "
                             f"{type(self).__name__} does not support (PPO, A2C and VPG do); pick another model")
+        if has_batch_renorm(self.model_preset) and not self.batch_renorm_models:
+            raise UserError(f"model={self.model_preset.get('name')} has batch_renorm layers, which only CrossQ trains "
+                            f"(it says when they learn); pick another model for {type(self).__name__}")
         if mixed_precision not in MIXED_PRECISION:
             raise UserError(f"run.mixed_precision={mixed_precision!r} must be one of "
                             f"{', '.join(map(str, MIXED_PRECISION))}")

@@ -25,6 +25,8 @@ POLICY_OPTIONS = {
     "ddpg": COMMON_OPTIONS | {"n_critics", "share_features_extractor"},
     "dqn": COMMON_OPTIONS,
     "qrdqn": COMMON_OPTIONS | {"n_quantiles"},
+    "crossq": COMMON_OPTIONS | {"log_std_init", "use_expln", "clip_mean", "n_critics", "share_features_extractor",
+                                "batch_norm", "batch_norm_momentum", "batch_norm_eps", "renorm_warmup_steps"},
     "ars": {"net_arch", "activation_fn", "with_bias", "squash_output"},
     "tqc": COMMON_OPTIONS | {"log_std_init", "use_expln", "clip_mean", "n_critics", "n_quantiles",
                              "share_features_extractor"},
@@ -37,9 +39,9 @@ NATURE_CNN = [{"type": "conv", "filters": 32, "kernel": 8, "stride": 4, "activat
               {"type": "conv", "filters": 64, "kernel": 3, "stride": 1, "activation": "relu", "common": True},
               {"type": "flatten", "common": True},
               {"type": "dense", "units": 512, "activation": "relu", "common": True}]
-NUMBER_OPTIONS = {"log_std_init", "clip_mean"}
-INTEGER_OPTIONS = {"lstm_hidden_size", "n_lstm_layers", "n_critics", "n_quantiles"}
-BOOLEAN_OPTIONS = {"ortho_init", "full_std", "use_expln", "squash_output", "with_bias", "share_features_extractor",
+NUMBER_OPTIONS = {"log_std_init", "clip_mean", "batch_norm_momentum", "batch_norm_eps"}
+INTEGER_OPTIONS = {"lstm_hidden_size", "n_lstm_layers", "n_critics", "n_quantiles", "renorm_warmup_steps"}
+BOOLEAN_OPTIONS = {"batch_norm", "ortho_init", "full_std", "use_expln", "squash_output", "with_bias", "share_features_extractor",
                    "normalize_images", "shared_lstm", "enable_critic_lstm"}
 EXTRACTORS = {"MlpPolicy": "FlattenExtractor", "MlpLstmPolicy": "FlattenExtractor", "CnnPolicy": "NatureCNN",
               "CnnLstmPolicy": "NatureCNN", "MultiInputPolicy": "CombinedExtractor"}
@@ -71,23 +73,33 @@ def model_section(row: ZooRow, values: dict[str, Any], image: bool, problems: Pr
     if "n_critics" in kwargs and kwargs["n_critics"] != default_critics and algo != "tqc":
         problems.add("policy_kwargs.n_critics", f"= {kwargs['n_critics']}: rlexp's {algo.upper()} has "
                                                 f"{default_critics}")
-    sizes = problems.attempt(lambda: hidden_sizes(row, kwargs.get("net_arch"), image), [])
+    if algo == "crossq":  # (sb3-contrib's CrossQ: pi and qf may differ; its default pi [256, 256], qf [1024, 1024])
+        towers = problems.attempt(lambda: crossq_sizes(row, kwargs.get("net_arch")), ([256, 256], [1024, 1024]))
+        sizes, critic_layers = towers
+    else:
+        sizes = problems.attempt(lambda: hidden_sizes(row, kwargs.get("net_arch"), image), [])
     layers: list[dict[str, Any]] = [dict(spec) for spec in NATURE_CNN] if image else []
     features = (kwargs.get("features_extractor_kwargs") or {}) if image else {}
     if isinstance(features, dict) and (as_number(features.get("features_dim")) or 0.5).is_integer():
         layers[-1]["units"] = int(features["features_dim"])
     if policy.endswith("LstmPolicy"):
         layers.append(problems.attempt(lambda: lstm_layer(row, kwargs), {"type": "lstm", "units": 256}))
-    layers += [{"type": "dense", "units": units, "activation": activation or "relu"} for units in sizes]
-    layers.append({"type": "dense", "output": True})
+    norm = batch_renorm(kwargs) if algo == "crossq" else None
+    for units in sizes:
+        layers += [norm] if norm else []
+        layers.append({"type": "dense", "units": units, "activation": activation or "relu"})
+    layers += ([norm] if norm else []) + [{"type": "dense", "output": True}]
     ortho = on_policy and bool(kwargs.get("ortho_init", True))
     model = {"name": f"zoo_{algo}", "initializer": "orthogonal" if ortho else "torch",
              "gain": SQRT2 if ortho else 1.0, "layers": layers,
              "heads": {"policy": {"gain": 0.01}, "value": {"gain": 1.0}, "q": {"gain": 1.0}} if ortho else {}}
-    agent: dict[str, Any] = {"log_std_init": float(kwargs.get("log_std_init", -3.0 if algo in ("sac", "tqc") else 0.0))}
+    agent: dict[str, Any] = {"log_std_init": float(kwargs.get("log_std_init", -3.0 if algo in ("sac", "tqc", "crossq")
+                                                              else 0.0))}
     if values.get("use_sde"):  # (SB3 reads use_expln only with gSDE)
         agent["use_expln"] = bool(kwargs.get("use_expln", False))
-    if algo in ("sac", "tqc"):
+    if algo == "crossq":
+        agent["critic_layers"] = critic_layers
+    if algo in ("sac", "tqc", "crossq"):
         agent["clip_mean"] = float(kwargs.get("clip_mean", 2.0))
     if algo in ("qrdqn", "tqc"):  # sb3-contrib's defaults: 200 quantiles (QR-DQN), 25 per critic of 2 (TQC)
         agent["n_quantiles"] = int(kwargs.get("n_quantiles", 200 if algo == "qrdqn" else 25))
@@ -162,6 +174,29 @@ def hidden_sizes(row: ZooRow, net_arch: Any, image: bool) -> list[int]:
     raise row.refuse("policy_kwargs.net_arch", f"= {net_arch}: a list of sizes or dict(pi=[...], vf=[...])")
 
 
+def crossq_sizes(row: ZooRow, net_arch: Any) -> tuple[list[int], list[int]]:
+    """sb3-contrib's CrossQ: (the actor's hidden sizes, the critics'); a list sizes both, dict(pi=..., qf=...) each."""
+    if net_arch is None:
+        return [256, 256], [1024, 1024]
+    if isinstance(net_arch, dict) and set(net_arch) <= {"pi", "qf"}:
+        pi, qf = (hidden_sizes(row, list(net_arch.get(key, [])), False) for key in ("pi", "qf"))
+        if len(pi) != len(qf):
+            raise row.refuse("policy_kwargs.net_arch", f"= {net_arch}: rlexp's CrossQ resizes the actor's layers "
+                                                       "for its critics; give pi and qf as many layers")
+        return pi, qf
+    sizes = hidden_sizes(row, net_arch, False)
+    return sizes, list(sizes)
+
+
+def batch_renorm(kwargs: dict[str, Any]) -> dict[str, Any] | None:
+    """CrossQ's batch_renorm layer spec from policy_kwargs (None where batch_norm=False)."""
+    if not kwargs.get("batch_norm", True):
+        return None
+    return {"type": "batch_renorm", "momentum": float(kwargs.get("batch_norm_momentum", 0.01)),
+            "epsilon": float(kwargs.get("batch_norm_eps", 0.001)),
+            "warmup_steps": int(kwargs.get("renorm_warmup_steps", 100_000))}
+
+
 def lstm_layer(row: ZooRow, kwargs: dict[str, Any]) -> dict[str, Any]:
     """sb3-contrib's LSTM: a memory per head unless shared_lstm; enable_critic_lstm=False (the critic without
     memory) rlexp does not build."""
@@ -199,6 +234,8 @@ def optimizer_options(row: ZooRow, spec: tuple[str | None, dict[str, Any] | None
     name = name or "Adam"
     if kwargs is None:
         kwargs = {"eps": 1e-5} if name == "Adam" and row.algo in ON_POLICY else {}
+        if row.algo == "crossq" and name == "Adam":  # (sb3-contrib's CrossQPolicy)
+            kwargs = {"betas": [0.5, 0.999]}
     known = {"Adam": {"eps", "betas", "weight_decay", "amsgrad"},
              "RMSprop": {"eps", "alpha", "weight_decay", "momentum", "centered"},
              "RMSpropTFLike": {"eps", "alpha", "weight_decay", "momentum", "centered"}}

@@ -16,7 +16,7 @@ import yaml
 
 from rlexp.errors import UserError
 
-ZOO_FILES = ("a2c", "ars", "ddpg", "dqn", "ppo", "ppo_lstm", "qrdqn", "sac", "td3", "tqc", "trpo")
+ZOO_FILES = ("a2c", "ars", "crossq", "ddpg", "dqn", "ppo", "ppo_lstm", "qrdqn", "sac", "td3", "tqc", "trpo")
 VERSION_LINE = re.compile(r"^rl-baselines3-zoo (\S+)")
 
 

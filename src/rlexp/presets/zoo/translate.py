@@ -11,6 +11,9 @@ algorithm, and each value is converted where rlexp's convention differs from SB3
 - DQN, QR-DQN: `exploration_fraction` of `n_timesteps` is `epsilon_decay_steps`. QR-DQN's Adam epsilon is
   0.01 / batch_size where policy_kwargs names no optimizer_class (sb3-contrib's).
 - TQC: SAC's, with n_quantiles and n_critics (policy_kwargs) and top_quantiles_to_drop_per_net.
+- CrossQ: SAC's without tau, with policy_delay; net_arch's pi sizes the model (batch_renorm before each dense layer,
+  with policy_kwargs' batch_norm_momentum, batch_norm_eps and renorm_warmup_steps), its qf `critic_layers`; Adam's
+  betas (0.5, 0.999) where policy_kwargs gives no optimizer_kwargs (sb3-contrib's).
 Every key of a row rlexp cannot honour, and every value that is not what RL Zoo reads (a number, a `lin_` schedule,
 a boolean), is named in one `ZooRowError` line: nothing is dropped silently."""
 from __future__ import annotations
@@ -57,6 +60,9 @@ SB3_DEFAULTS: dict[str, dict[str, Any]] = {
                 target_entropy="auto", top_quantiles_to_drop_per_net=2, use_sde=False, sde_sample_freq=-1,
                 use_sde_at_warmup=False),
 }
+SB3_DEFAULTS["crossq"] = dict(learning_rate=1e-3, buffer_size=1_000_000, learning_starts=100, batch_size=256,
+                              gamma=0.99, train_freq=1, gradient_steps=1, ent_coef="auto", target_entropy="auto",
+                              policy_delay=3, use_sde=False, sde_sample_freq=-1, use_sde_at_warmup=False)
 SB3_DEFAULTS["ars"] = dict(n_delta=8, n_top=None, learning_rate=0.02, delta_std=0.05, zero_policy=True,
                            alive_bonus_offset=0, n_eval_episodes=1)
 # the rlexp agent each file trains (ppo_lstm.yml: PPO with model=lstm)
@@ -285,14 +291,16 @@ def dqn_agent(row: ZooRow, values: dict[str, Any], image: bool, options: dict[st
 
 def actor_critic_agent(row: ZooRow, values: dict[str, Any], options: dict[str, Any], problems: Problems
                        ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """DDPG, TD3, SAC and TQC."""
+    """DDPG, TD3, SAC, TQC and CrossQ."""
     lr, lr_schedule = schedule(values["learning_rate"])
     agent: dict[str, Any] = {"lr": lr, "lr_schedule": lr_schedule, "gamma": float(values["gamma"]),
-                             "tau": float(values["tau"]), **update_schedule(values, problems),
+                             **update_schedule(values, problems),
                              **normalization(row, values, problems), **policy_keys(row, values, options, problems)}
-    if row.algo in ("sac", "tqc"):
-        name = row.algo.upper()
-        if int(values["target_update_interval"]) != 1:
+    if row.algo != "crossq":  # (no target networks)
+        agent["tau"] = float(values["tau"])
+    if row.algo in ("sac", "tqc", "crossq"):
+        name = {"crossq": "CrossQ"}.get(row.algo, row.algo.upper())
+        if int(values.get("target_update_interval", 1)) != 1:
             problems.add("target_update_interval", f"!= 1: rlexp's {name} updates its target critics every step")
         if values["use_sde_at_warmup"]:
             problems.add("use_sde_at_warmup", f"= True: rlexp's {name} warms up with uniform random actions")
@@ -300,6 +308,8 @@ def actor_critic_agent(row: ZooRow, values: dict[str, Any], options: dict[str, A
                      sde_sample_freq=int(values["sde_sample_freq"]), log_std_init=options["log_std_init"])
         if row.algo == "tqc":
             agent["top_quantiles_to_drop_per_net"] = int(values["top_quantiles_to_drop_per_net"])
+        if row.algo == "crossq":
+            agent.update(policy_delay=int(values["policy_delay"]), critic_layers=options["critic_layers"])
         return agent, replay(values)
     noise = values["noise_type"]
     if noise not in (None, "normal", "ornstein-uhlenbeck"):
