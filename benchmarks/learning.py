@@ -53,6 +53,8 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "qrdqn-acrobot": (["agent=qrdqn", "env=acrobot", "run.max_steps=1e5", "run.target_reward=null"], -100),
     "qrdqn-lunarlander": (["agent=qrdqn", "env=lunarlander", "run.max_steps=1e5", "run.target_reward=null"], 0),
     "crossq-pendulum": (["agent=crossq", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
+    "tqc-fetchreach": (["agent=tqc", "env=generic", "env.id=FetchReach-v4", "run.max_steps=2e4",
+                        "run.target_reward=null"], -5),
     "tqc-pendulum": (["agent=tqc", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
     # sb3-contrib's ARS on RL Zoo's ars.yml rows (Swimmer: its `default` row, which RL Zoo trains there); RL Zoo's
     # scores: CartPole 500, Pendulum -212.5 +- 160.4, Swimmer-v3 355.3

@@ -119,6 +119,9 @@ CASES = {
                              "RL Zoo's tqc.yml Pendulum-v1 row, as dqn-mountaincar-zoo (sb3-contrib's TQC)"),
     "crossq-pendulum-zoo": Case(["agent=crossq", "env=pendulum"], "crossq-pendulum-zoo", 20_000,
                                 "RL Zoo's crossq.yml Pendulum-v1 row, as dqn-mountaincar-zoo (sb3-contrib's CrossQ)"),
+    "tqc-fetchreach-zoo": Case(["agent=tqc", "env=generic", "env.id=FetchReach-v4"], "tqc-fetchreach-zoo", 20_000,
+                               "RL Zoo's tqc.yml FetchReach-v1 row (HER) on gymnasium-robotics' FetchReach-v4, as "
+                               "dqn-mountaincar-zoo (sb3-contrib's TQC with SB3's HerReplayBuffer)"),
     "ars-cartpole-zoo": Case(["agent=ars", "env=cartpole"], "ars-cartpole-zoo", 50_000,
                              "RL Zoo's ars.yml CartPole-v1 row, as dqn-mountaincar-zoo (sb3-contrib's ARS; rlexp runs "
                              "the 4 candidates of an update in 4 env copies, sb3-contrib one after another in 1)"),

@@ -63,6 +63,7 @@ ZOO_CASES = {"dqn-mountaincar-zoo": ("dqn", "MountainCar-v0", "MountainCar-v0"),
              "qrdqn-lunarlander-zoo": ("qrdqn", "LunarLander-v3", "LunarLander-v3"),
              "tqc-pendulum-zoo": ("tqc", "Pendulum-v1", "Pendulum-v1"),
              "crossq-pendulum-zoo": ("crossq", "Pendulum-v1", "Pendulum-v1"),
+             "tqc-fetchreach-zoo": ("tqc", "FetchReach-v1", "FetchReach-v4"),
              "ars-cartpole-zoo": ("ars", "CartPole-v1", "CartPole-v1"),
              "ars-pendulum-zoo": ("ars", "Pendulum-v1", "Pendulum-v1"),
              # the DDPG fallback's values: RL Zoo's DDPG MuJoCo defaults row, on another MuJoCo env

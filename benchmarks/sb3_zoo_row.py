@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import sys
+from pathlib import Path
 
 import ale_py
 import gymnasium as gym
@@ -24,6 +25,7 @@ from stable_baselines3.common.env_util import make_vec_env
 from stable_baselines3.common.noise import NormalActionNoise, OrnsteinUhlenbeckActionNoise
 from stable_baselines3.common.sb2_compat.rmsprop_tf_like import RMSpropTFLike
 from stable_baselines3.common.vec_env import VecFrameStack, VecNormalize
+from stable_baselines3.her import HerReplayBuffer
 
 ALGOS = {"a2c": A2C, "ars": ARS, "crossq": CrossQ, "ddpg": DDPG, "dqn": DQN, "ppo": PPO, "qrdqn": QRDQN, "sac": SAC, "td3": TD3, "tqc": TQC,
          "trpo": TRPO}
@@ -45,6 +47,13 @@ def build(algo: str, row: dict, env_id: str, max_episode_steps: int | None = Non
     for key in ("learning_rate", "clip_range", "clip_range_vf"):
         if isinstance(params.get(key), str) and params[key].startswith("lin_"):
             params[key] = linear(float(params[key][4:]))
+    if params.get("replay_buffer_class") == "HerReplayBuffer":
+        params["replay_buffer_class"] = HerReplayBuffer
+    if isinstance(params.get("replay_buffer_kwargs"), str):
+        params["replay_buffer_kwargs"] = eval(params["replay_buffer_kwargs"], {"__builtins__": {}}, NAMES)
+    if env_id.startswith("Fetch"):  # gymnasium-robotics' ids, registered as rlexp registers them (same env)
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+        import rlexp.envs.robotics  # noqa: F401
     if isinstance(params.get("policy_kwargs"), str):
         params["policy_kwargs"] = eval(params["policy_kwargs"], {"__builtins__": {}}, NAMES)  # the peer, as RL Zoo
     noise_type, noise_std = params.pop("noise_type", None), params.pop("noise_std", 0.0)

@@ -35,7 +35,7 @@ def fixed_samples(agent, log_prob):
     zero gradients, so that the actor's optimizer step runs)."""
     actions = tf.constant(np.linspace(-0.5, 0.5, len(log_prob))[:, None], tf.float32)
 
-    def sample(obs):
+    def sample(obs, rng=None, training=False):
         zero = 0.0 * tf.reduce_sum(agent.mean_log_std(obs)[0])
         return actions + zero, tf.constant(log_prob, tf.float32) + zero
 

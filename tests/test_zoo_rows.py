@@ -125,7 +125,7 @@ def test_strings_are_parsed_never_evaluated(tmp_path):
 
 @pytest.mark.parametrize("algo, key, values, refused", [
     ("ppo", "CarRacing-v3", None, "env_wrapper names rl_zoo3.wrappers.FrameSkip"),
-    ("sac", "FetchReach-v1", None, "replay_buffer_class"),
+    ("sac", "Mine-v0", {"replay_buffer_class": "DictReplayBuffer"}, "replay_buffer_class = DictReplayBuffer"),
     ("ppo", "Mine-v0", {"policy": "MlpPolicy", "n_envs": 4, "foo": 1}, "foo is not an option"),
     ("ppo", "Mine-v0", {"policy": "MlpPolicy", "callback": "rl_zoo3.callbacks.X"}, "callback"),
     ("ppo", "Mine-v0", {"n_steps": 100, "batch_size": 64}, "batch_size = 64 does not divide"),

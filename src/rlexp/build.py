@@ -204,6 +204,9 @@ def check_config(cfg: DictConfig, n_envs: int | None = None) -> Checked:
     cls = agent_class(cfg.agent._target_)
     check_types("agent", {k: v for k, v in cfg.agent.items() if k != "_target_"}, cls)
     buffer = None
+    if not cls.off_policy and str((cfg.get("buffer") or {}).get("_target_", "")).endswith("HerReplayBuffer"):
+        raise UserError(f"buffer=her relabels replayed goals: it is for off-policy agents (SAC, TQC, TD3, DDPG, "
+                        f"CrossQ), not {cls.__name__}; leave buffer= out")
     if cls.off_policy:
         buffer_target = str(cfg.buffer.get("_target_", ""))
         if not buffer_target.startswith("rlexp.buffers."):

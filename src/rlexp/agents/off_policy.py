@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from rlexp.agents.base import Agent
 from rlexp.agents.distributions import no_autograph
+from rlexp.agents.goals import use_goals
 from rlexp.envs.spaces import space_kind
 from rlexp.errors import UserError
 
@@ -83,6 +84,7 @@ class OffPolicyAgent(Agent):
         two_threads = tf.config.threading.get_inter_op_parallelism_threads() >= 2
         self.batch_parts = 2 if two_threads and self.row_blocks else 1
         super().__init__(envs, model, buffer, **kwargs)
+        use_goals(self, envs, self.buffer)
         if self.gradient_steps == -1:
             self.gradient_steps = self.train_freq * self.member_envs
 

@@ -58,26 +58,29 @@ VECTOR_MIN_ENVS = 4  # a batched CartPole step costs ~50 µs whatever the count;
 
 WRAPPER_MODULES = ("gymnasium.wrappers.", "rlexp.envs.wrappers.")  # where env.wrappers may come from (+ env.imports)
 # env ids whose package registers them on import: (id prefix, module, what to install)
-ID_PACKAGES = (("MiniGrid-", "minigrid", "'rlexp[minigrid]' (Farama's MiniGrid)"),
-               ("BabyAI-", "minigrid", "'rlexp[minigrid]' (Farama's MiniGrid)"))
+ID_PACKAGES = (("MiniGrid-", "minigrid", "minigrid", "'rlexp[minigrid]' (Farama's MiniGrid)"),
+               ("BabyAI-", "minigrid", "minigrid", "'rlexp[minigrid]' (Farama's MiniGrid)"),
+               ("Fetch", "rlexp.envs.robotics", "gymnasium_robotics", "'rlexp[robotics]' (Farama's gymnasium-robotics)"))
 
 
-def package_of(env_id: str) -> tuple[str, str] | None:
-    """(module, what to install) of an id a known package registers (MiniGrid's), or None."""
-    return next(((module, install) for prefix, module, install in ID_PACKAGES if env_id.startswith(prefix)), None)
+def package_of(env_id: str) -> tuple[str, str, str] | None:
+    """(module to import, the package it needs, what to install) of an id a known package registers (MiniGrid's,
+    gymnasium-robotics' Fetch envs), or None."""
+    return next(((module, package, install) for prefix, module, package, install in ID_PACKAGES
+                 if env_id.startswith(prefix)), None)
 
 
 def register_package_ids(env_id: str) -> None:
-    """Import the package that registers `env_id` (MiniGrid's ids: minigrid), so no env.imports is needed; one line
-    naming what to install where it is missing."""
+    """Import the package that registers `env_id` (MiniGrid's ids: minigrid; Fetch: gymnasium-robotics), so no
+    env.imports is needed; one line naming what to install where it is missing."""
     found = package_of(env_id)
     if found is None:
         return
-    module, install = found
+    module, package, install = found
     try:
         importlib.import_module(module)
     except ImportError:
-        raise UserError(f"env.id={env_id} is {module}'s: pip install {install}") from None
+        raise UserError(f"env.id={env_id} is {package}'s: pip install {install}") from None
 
 
 def import_env_modules(modules: Sequence[str], key: str = "env.imports") -> None:

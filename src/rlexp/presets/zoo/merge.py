@@ -92,8 +92,13 @@ def merge_zoo(cfg: DictConfig, row: ZooRow, overrides: list[str], choices: dict[
     if float(cfg.run.max_steps) == default_max_steps():
         sections["run"] = {"max_steps": steps}
     chosen = {o.lstrip("+~").split("=", 1)[0] for o in overrides}
-    if "buffer" in chosen:  # buffer=prioritized etc.: the row's sizes, the chosen buffer's class
-        sections.get("buffer", {}).pop("_target_", None)
+    row_buffer = sections.get("buffer", {})
+    if "buffer" in chosen:  # buffer=prioritized etc.: the row's sizes, the chosen buffer's class (and its options)
+        row_buffer.pop("_target_", None)
+        for key in set(row_buffer) - set(cfg.buffer):
+            row_buffer.pop(key)
+    elif row_buffer.get("_target_") and "buffer" in cfg:  # the row's class brings its own options (HER's)
+        OmegaConf.set_struct(cfg.buffer, False)
     if sections["env"].get("wrappers") and cfg.env.get("wrappers"):  # the env preset's wrappers first
         sections["env"]["wrappers"] = [*OmegaConf.to_container(cfg.env.wrappers), *sections["env"]["wrappers"]]
     above = {key: over[key] for key in SECTIONS if over is not None and key in over and key != "run"}  # (composed)

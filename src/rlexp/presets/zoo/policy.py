@@ -93,6 +93,8 @@ def model_section(row: ZooRow, values: dict[str, Any], image: bool, problems: Pr
     model = {"name": f"zoo_{algo}", "initializer": "orthogonal" if ortho else "torch",
              "gain": SQRT2 if ortho else 1.0, "layers": layers,
              "heads": {"policy": {"gain": 0.01}, "value": {"gain": 1.0}, "q": {"gain": 1.0}} if ortho else {}}
+    if policy == "MultiInputPolicy":  # SB3's CombinedExtractor: vector parts flattened and concatenated as they are
+        model["encoders"] = {"vector": []}
     agent: dict[str, Any] = {"log_std_init": float(kwargs.get("log_std_init", -3.0 if algo in ("sac", "tqc", "crossq")
                                                               else 0.0))}
     if values.get("use_sde"):  # (SB3 reads use_expln only with gSDE)

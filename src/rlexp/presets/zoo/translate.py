@@ -69,7 +69,9 @@ SB3_DEFAULTS["ars"] = dict(n_delta=8, n_top=None, learning_rate=0.02, delta_std=
 AGENT_OF = {"ppo_lstm": "ppo"}
 # keys read outside the algorithm's own (the run, the env, the network)
 COMMON = {"n_timesteps", "policy", "n_envs", "normalize", "policy_kwargs", "env_wrapper", "frame_stack",
-          "optimize_memory_usage"}  # (the last: SB3's memory saving; rlexp's FrameBuffer stores each frame once)
+          "optimize_memory_usage", "replay_buffer_class", "replay_buffer_kwargs"}
+HER_OPTIONS = {"n_sampled_goal": 4, "goal_selection_strategy": "future", "copy_info_dict": False,
+               "handle_timeout_termination": True}  # (SB3's HerReplayBuffer; rlexp bootstraps at time limits)  # (the last: SB3's memory saving; rlexp's FrameBuffer stores each frame once)
 ATARI_WRAPPER = {"noop_max": 30, "frame_skip": 4, "screen_size": 84, "terminal_on_life_loss": True,
                  "clip_reward": True}
 
@@ -101,8 +103,40 @@ def translate(row: ZooRow) -> dict[str, dict[str, Any]]:
         sections["env"]["n_envs"] = 2 * int(sections["agent"]["n_delta"])  # (all candidates side by side)
     else:
         sections["agent"], sections["buffer"] = actor_critic_agent(row, values, policy_options, problems)
+    if "replay_buffer_class" in values or "replay_buffer_kwargs" in values:
+        replay_class(row, values, sections, problems)
     problems.raise_any()
     return sections
+
+
+def replay_class(row: ZooRow, values: dict[str, Any], sections: dict[str, Any], problems: Problems) -> None:
+    """SB3's HerReplayBuffer (replay_buffer_class, with its replay_buffer_kwargs) as rlexp's `buffer=her`."""
+    name = str(values.get("replay_buffer_class", "ReplayBuffer")).rsplit(".", 1)[-1]
+    if "buffer" not in sections:
+        problems.add("replay_buffer_class", f"= {name}: {row.algo.upper()} is on-policy; it has no replay buffer")
+        return
+    if name != "HerReplayBuffer":
+        problems.add("replay_buffer_class", f"= {name}: rlexp's replay classes from RL Zoo's files are the "
+                                            "default one and HerReplayBuffer")
+        return
+    kwargs = problems.attempt(lambda: literal_dict(values.get("replay_buffer_kwargs") or "dict()",
+                                                   "replay_buffer_kwargs", row), {})
+    options = {**HER_OPTIONS, **(kwargs if isinstance(kwargs, dict) else {})}
+    for key in sorted(set(options) - set(HER_OPTIONS)):
+        problems.add(f"replay_buffer_kwargs.{key}", "is not an option of SB3's HerReplayBuffer that rlexp knows")
+    for key in ("copy_info_dict", "handle_timeout_termination"):
+        if options[key] != HER_OPTIONS[key]:
+            problems.add(f"replay_buffer_kwargs.{key}", f"= {options[key]}: rlexp's HER keeps "
+                                                        f"{key}={HER_OPTIONS[key]}")
+    strategy = str(options["goal_selection_strategy"]).rsplit(".", 1)[-1].lower()  # (also GoalSelectionStrategy.X)
+    if strategy not in ("future", "final", "episode"):
+        problems.add("replay_buffer_kwargs.goal_selection_strategy", f"= {strategy}: future, final or episode")
+    goals = as_number(options["n_sampled_goal"])
+    if goals is None or not goals.is_integer() or goals < 0:
+        problems.add("replay_buffer_kwargs.n_sampled_goal", f"= {options['n_sampled_goal']}: a whole number")
+        goals = 4
+    sections["buffer"].update(_target_="rlexp.buffers.HerReplayBuffer", n_sampled_goal=int(goals),
+                              goal_selection_strategy=strategy)
 
 
 # ----- env ------------------------------------------------------------------------------------------------
