@@ -176,7 +176,7 @@ def describe(algo: str, model, envs) -> dict:
             d["q_layers"] = layers(policy.quantile_net.quantile_net)
             d["n_quantiles"] = policy.quantile_net.n_quantiles
         else:
-            if algo in ("sac", "tqc"):  # its hidden layers (the mean and log-std heads come after)
+            if algo in ("sac", "tqc", "crossq"):  # its hidden layers (the mean and log-std heads come after)
                 d["actor_latent_layers"] = layers(policy.actor.latent_pi)
             else:
                 d["actor_layers"] = layers(policy.actor.mu)
@@ -184,7 +184,18 @@ def describe(algo: str, model, envs) -> dict:
             d["n_critics"] = policy.critic.n_critics
             if algo == "tqc":
                 d["n_quantiles"] = policy.critic.n_quantiles
-        if algo in ("sac", "tqc"):
+        if algo == "crossq":  # its batch renormalisation, and the entropy coefficient's own optimizer
+            from sb3_contrib.common.torch_layers import BatchRenorm
+
+            norms = [m for net in (policy.actor, policy.critic.qf0) for m in net.modules() if isinstance(m, BatchRenorm)]
+            d["batch_norm"] = [norms[0].momentum, norms[0].eps, norms[0].warmup_steps] if norms else None
+            d["batch_renorm_count"] = len(norms)
+            if model.ent_coef_optimizer is not None:
+                d["ent_coef_optimizer_betas"] = list(model.ent_coef_optimizer.param_groups[0]["betas"])
+        if getattr(model, "replay_buffer", None) is not None and type(model.replay_buffer).__name__ == "HerReplayBuffer":
+            her = model.replay_buffer
+            d["her"] = [her.n_sampled_goal, her.goal_selection_strategy.name.lower()]
+        if algo in ("sac", "tqc", "crossq"):
             d["ent_coef_start"] = float(th.exp(model.log_ent_coef).item()) if model.log_ent_coef is not None else \
                 float(model.ent_coef_tensor.item())
             d["learn_ent_coef"] = model.log_ent_coef is not None

@@ -30,7 +30,8 @@ COMPARED = [("a2c", "atari", "BreakoutNoFrameskip-v4"), ("ddpg", "MountainCarCon
             ("dqn", "MountainCar-v0", "MountainCar-v0"), ("ppo", "Hopper-v4", "Hopper-v5"),
             ("sac", "MountainCarContinuous-v0", "MountainCarContinuous-v0"), ("td3", "Walker2d-v4", "Walker2d-v5"),
             ("trpo", "Hopper-v4", "Hopper-v5"), ("qrdqn", "LunarLander-v3", "LunarLander-v3"),
-            ("tqc", "LunarLanderContinuous-v3", "LunarLanderContinuous-v3"), ("ars", "Pendulum-v1", "Pendulum-v1")]
+            ("tqc", "LunarLanderContinuous-v3", "LunarLanderContinuous-v3"), ("ars", "Pendulum-v1", "Pendulum-v1"),
+            ("crossq", "BipedalWalker-v3", "BipedalWalker-v3"), ("sac", "FetchReach-v1", "FetchReach-v4")]
 # why a value may differ, by attribute (shown where rlexp's value, in SB3's convention, is not SB3's)
 EXPLAINED = {
     ("ddpg", "target_policy_noise"): "SB3's DDPG is TD3 with target noise clipped to 0 (no smoothing): rlexp's "
@@ -39,6 +40,8 @@ EXPLAINED = {
     ("trpo", "vf_coef"): "unused by SB3's TRPO (its critic has its own loss); rlexp's TRPO has none",
     ("trpo", "max_grad_norm"): "unused by SB3's TRPO; rlexp's TRPO clips no gradient",
     ("trpo", "ent_coef"): "unused by SB3's TRPO; rlexp's entropy_coef 0",
+    ("crossq", "tau"): "sb3-contrib's CrossQ hands tau=1.0 to its base class and has no target networks to update; "
+                       "rlexp's CrossQ has neither",
 }
 
 
@@ -180,11 +183,11 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
     d["hidden"] = [[int(layer.units), layer.get("activation")] for layer in towers]
     d["features"] = "NatureCNN" if any(layer.get("type") == "conv" for layer in cfg.model.layers) else \
         "FlattenExtractor"
-    units = {int(layer.units) for layer in towers}
+    units = {int(layer.units) for layer in towers} | set(getattr(agent, "critic_layers", None) or [])
     d["built_hidden"] = sum(1 for model in models.values() if "target" not in model.name
                             for u, _ in dense_layers(model) if u in units)
     d["heads"] = {"a2c": 2, "ppo": 2, "trpo": 2, "dqn": 1, "qrdqn": 1, "ddpg": 2, "td3": 3, "sac": 3,
-                  "tqc": 1 + getattr(agent, "n_critics", 0)}[algo]
+                  "tqc": 1 + getattr(agent, "n_critics", 0), "crossq": 3}[algo]
     d["initializer"] = str(cfg.model.initializer)
     if algo in ("a2c", "ppo", "trpo"):
         d["ortho_init"] = cfg.model.initializer == "orthogonal"
@@ -216,7 +219,7 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
                      exploration_initial_eps=agent.epsilon_start, exploration_final_eps=agent.epsilon_end,
                      exploration_fraction=agent.epsilon_decay_steps / int(cfg.run.max_steps),
                      max_grad_norm=agent.grad_norm)
-        else:
+        elif algo != "crossq":
             d["tau"] = agent.tau
         if algo in ("ddpg", "td3"):
             noise = None if agent.step_noise_coef == 0 else [
@@ -235,8 +238,22 @@ def rlexp_side(algo: str, key: str, env_id: str) -> dict:
         if algo == "tqc":
             d.update(n_quantiles=agent.critic_units,
                      top_quantiles_to_drop_per_net=agent.critic_units - agent.n_target_quantiles // agent.n_critics)
-        if algo in ("sac", "tqc"):
-            d.update(use_sde=agent.sde, sde_sample_freq=int(a.sde_sample_freq), target_update_interval=1,
+        if algo == "crossq":
+            from rlexp.models.batch_renorm import BatchRenorm
+
+            norms = [layer for model in (agent.actor, agent.critics[0]) for layer in model.layers
+                     if isinstance(layer, BatchRenorm)]
+            d.update(policy_delay=agent.policy_delay, batch_renorm_count=len(norms),
+                     batch_norm=[norms[0].momentum, norms[0].epsilon, norms[0].warmup_steps] if norms else None,
+                     critic_hidden=[[int(u), d["hidden"][0][1]] for u in agent.critic_layers or []] or d["hidden"])
+            if agent.learn_ent_coef:
+                d["ent_coef_optimizer_betas"] = [float(agent.ent_coef_optimizer.beta_1),
+                                                 float(agent.ent_coef_optimizer.beta_2)]
+        if type(agent.buffer).__name__ == "HerReplayBuffer":
+            d["her"] = [agent.buffer.n_sampled_goal, agent.buffer.strategy]
+        if algo in ("sac", "tqc", "crossq"):
+            d.update(use_sde=agent.sde, sde_sample_freq=int(a.sde_sample_freq),
+                     **({} if algo == "crossq" else {"target_update_interval": 1}),
                      learn_ent_coef=agent.learn_ent_coef, n_critics=agent.n_critics, noise=None,
                      ent_coef_start=float(a.init_ent_coef if agent.learn_ent_coef else a.ent_coef),
                      target_entropy=float(agent.target_entropy))
@@ -283,8 +300,9 @@ def compare(algo: str, sb3: dict, ours: dict) -> list[tuple[str, str, str, str]]
         if name.endswith("_layers"):
             hidden = [[units, SB3_LAYER_NAMES.get(act, act)] for units, act in theirs]
             hidden = hidden[:-1] if name in WITH_OUTPUT else hidden
-            same = hidden == ours["hidden"]
-            rows.append((f"{name} (hidden)", json.dumps(hidden), json.dumps(ours["hidden"]),
+            mine = ours.get("critic_hidden", ours["hidden"]) if name == "critic_layers" else ours["hidden"]
+            same = hidden == mine
+            rows.append((f"{name} (hidden)", json.dumps(hidden), json.dumps(mine),
                          "same" if same else "DIFFERENT"))
     built = ours["built_hidden"] == ours["heads"] * len(ours["hidden"])
     rows.append(("hidden layers built (all heads)", "", str(ours["built_hidden"]),

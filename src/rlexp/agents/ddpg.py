@@ -33,6 +33,7 @@ class DDPG(OffPolicyAgent):
     default_models = {"image": "nature_cnn", "vector": "mlp_400_300"}
     n_critics = 1
     grouped_updates = True
+    episode_phases = True  # agent.train_freq_unit=episode
     population_support = True
     member_keys = ("lr", "gamma", "tau", "step_noise_coef")
 

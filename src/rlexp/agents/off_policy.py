@@ -16,6 +16,7 @@ import tensorflow as tf
 
 from rlexp.agents.base import Agent
 from rlexp.agents.distributions import no_autograph
+from rlexp.agents.episode_phases import check_unit, episode_phase
 from rlexp.agents.goals import use_goals
 from rlexp.envs.spaces import space_kind
 from rlexp.errors import UserError
@@ -43,7 +44,8 @@ class OffPolicyAgent(Agent):
     Args (besides `Agent`'s):
         buffer: a `ReplayBuffer` (default) or `FrameBuffer`; training starts when it holds `initial_size` (random
             actions until then, with `random_warmup`). A `PrioritizedReplayBuffer` needs `prioritized_replay`.
-        train_freq: vector env steps between update phases.
+        train_freq: vector env steps between update phases (`train_freq_unit=episode`: episodes, counted over
+            all envs, as SB3's train_freq=[n, "episode"]; see `rlexp.agents.episode_phases`).
         gradient_steps: gradient updates per phase (-1: one per collected transition).
     """
 
@@ -58,9 +60,10 @@ class OffPolicyAgent(Agent):
     grouped_updates = False  # the update is `critic_step` + an `actor_step` every `policy_delay` (see `_train_groups`)
     prioritized_replay = False  # `update_batch` weights its loss by batch["weights"] and returns "td_errors"
     resets_at_episode_ends = False  # the fused loop calls `episodes_ended` after each exploratory env step
+    episode_phases = False  # agent.train_freq_unit=episode: `train_iteration` runs `episode_phase` (actor-critics)
 
     def __init__(self, envs, model=None, buffer=None, *, train_freq: int = 1, gradient_steps: int = 1,
-                 **kwargs: Any) -> None:
+                 train_freq_unit: str = "step", **kwargs: Any) -> None:
         from rlexp.buffers import PrioritizedReplayBuffer, ReplayBuffer
 
         if buffer is None:
@@ -85,6 +88,8 @@ class OffPolicyAgent(Agent):
         self.batch_parts = 2 if two_threads and self.row_blocks else 1
         super().__init__(envs, model, buffer, **kwargs)
         use_goals(self, envs, self.buffer)
+        self.train_freq_unit = check_unit(self, train_freq_unit)
+        self.updates_per_transition = self.gradient_steps == -1
         if self.gradient_steps == -1:
             self.gradient_steps = self.train_freq * self.member_envs
 
@@ -466,6 +471,8 @@ class OffPolicyAgent(Agent):
         if not self.buffer.ready and self.random_warmup:
             self.warm_up()
             return {}
+        if self.train_freq_unit == "episode":
+            return episode_phase(self, self.updates_per_transition)
         self._replay_to_graph()
         if not hasattr(self, "_train_fn"):
             self._update_step_fn = tf.function(self.update_step, jit_compile=self.jit_compile, autograph=False)

@@ -47,6 +47,7 @@ class SAC(OffPolicyAgent):
     action_spaces = ("continuous",)
     default_models = {"image": "nature_cnn", "vector": "mlp_large"}
     grouped_updates = True
+    episode_phases = True  # agent.train_freq_unit=episode
     population_support = True
     member_keys = ("lr", "gamma", "tau")
     auto_bfloat16 = True  # bfloat16 vs float32, same seeds: benchmarks/results/learning.md
