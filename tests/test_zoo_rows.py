@@ -124,7 +124,7 @@ def test_strings_are_parsed_never_evaluated(tmp_path):
 
 
 @pytest.mark.parametrize("algo, key, values, refused", [
-    ("ppo", "CarRacing-v3", None, "env_wrapper names rl_zoo3.wrappers.FrameSkip"),
+    ("ppo_lstm", "CarRacing-v3", None, "enable_critic_lstm"),
     ("sac", "Mine-v0", {"replay_buffer_class": "DictReplayBuffer"}, "replay_buffer_class = DictReplayBuffer"),
     ("ppo", "Mine-v0", {"policy": "MlpPolicy", "n_envs": 4, "foo": 1}, "foo is not an option"),
     ("ppo", "Mine-v0", {"policy": "MlpPolicy", "callback": "rl_zoo3.callbacks.X"}, "callback"),

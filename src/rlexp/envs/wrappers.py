@@ -67,3 +67,55 @@ def with_lost_lives(flags: np.ndarray, info: dict) -> np.ndarray:
     the bootstrap there, and a recurrent policy's state restarts there in training and evaluation alike."""
     life_loss = info.get("life_loss")
     return flags if life_loss is None else flags | life_loss
+
+
+class FrameSkip(gym.Wrapper):
+    """Each action repeated `skip` times, the rewards summed, stopping at the episode's end (RL Zoo's FrameSkip:
+    CarRacing's rows)."""
+
+    def __init__(self, env: gym.Env, skip: int = 4) -> None:
+        super().__init__(env)
+        if isinstance(skip, bool) or not float(skip).is_integer() or int(skip) < 1:
+            raise ValueError(f"skip={skip}: a whole number of 1 or more")
+        self.skip = int(skip)
+
+    def step(self, action):
+        total = 0.0
+        for _ in range(self.skip):
+            obs, reward, terminated, truncated, info = self.env.step(action)
+            total += float(reward)
+            if terminated or truncated:
+                break
+        return obs, total, terminated, truncated, info
+
+
+class ResizeObservation(gym.wrappers.ResizeObservation):
+    """gymnasium's ResizeObservation, its shape given as a list (YAML's; RL Zoo's YAMLCompatResizeObservation)."""
+
+    def __init__(self, env: gym.Env, shape: Sequence[int]) -> None:
+        super().__init__(env, tuple(int(n) for n in shape))
+
+
+class StackFramesLast(gym.ObservationWrapper):
+    """The last `n_stack` image observations stacked along their last (channel) axis, zeros before an episode's
+    first one, as SB3's VecFrameStack stacks channels-last images (RL Zoo's `frame_stack` without Atari's
+    preprocessing: CarRacing's rows)."""
+
+    def __init__(self, env: gym.Env, n_stack: int = 2) -> None:
+        super().__init__(env)
+        space = env.observation_space
+        if not isinstance(space, gym.spaces.Box) or len(space.shape) != 3:
+            raise ValueError(f"StackFramesLast stacks (H, W, C) images, got {space}")
+        self.n_stack, self.channels = int(n_stack), space.shape[-1]
+        low, high = (np.repeat(bound, self.n_stack, axis=-1) for bound in (space.low, space.high))
+        self.observation_space = gym.spaces.Box(low=np.minimum(low, 0), high=high, dtype=space.dtype)
+        self.stack = np.zeros(self.observation_space.shape, space.dtype)
+
+    def reset(self, **kwargs):
+        self.stack[...] = 0
+        return super().reset(**kwargs)
+
+    def observation(self, observation):
+        self.stack = np.roll(self.stack, -self.channels, axis=-1)
+        self.stack[..., -self.channels:] = observation
+        return self.stack.copy()

@@ -72,6 +72,9 @@ COMMON = {"n_timesteps", "policy", "n_envs", "normalize", "policy_kwargs", "env_
           "optimize_memory_usage", "replay_buffer_class", "replay_buffer_kwargs"}
 HER_OPTIONS = {"n_sampled_goal": 4, "goal_selection_strategy": "future", "copy_info_dict": False,
                "handle_timeout_termination": True}  # (SB3's HerReplayBuffer; rlexp bootstraps at time limits)  # (the last: SB3's memory saving; rlexp's FrameBuffer stores each frame once)
+# RL Zoo's own wrappers rlexp has: rl_zoo3's name -> rlexp's (the same options)
+ZOO_WRAPPERS = {"rl_zoo3.wrappers.FrameSkip": "rlexp.envs.wrappers.FrameSkip",
+                "rl_zoo3.wrappers.YAMLCompatResizeObservation": "rlexp.envs.wrappers.ResizeObservation"}
 ATARI_WRAPPER = {"noop_max": 30, "frame_skip": 4, "screen_size": 84, "terminal_on_life_loss": True,
                  "clip_reward": True}
 
@@ -166,8 +169,8 @@ def env_section(row: ZooRow, values: dict[str, Any], problems: Problems) -> dict
                                             "is not a number")
             else:
                 env["max_episode_steps"] = int(steps)
-        elif name.startswith("gymnasium.wrappers."):
-            env.setdefault("wrappers", []).append({"_target_": name, **kwargs})
+        elif name.startswith("gymnasium.wrappers.") or name in ZOO_WRAPPERS:
+            env.setdefault("wrappers", []).append({"_target_": ZOO_WRAPPERS.get(name, name), **kwargs})
         elif name.startswith("minigrid.wrappers."):  # Farama's MiniGrid (the `minigrid` extra)
             try:
                 __import__("minigrid")
@@ -179,10 +182,10 @@ def env_section(row: ZooRow, values: dict[str, Any], problems: Problems) -> dict
         else:
             problems.add("env_wrapper", f"names {name}, which rlexp does not have; remove it, or give an installed "
                                         "gymnasium wrapper in env.wrappers")
-    if "frame_stack" in values:
-        if not env.get("preprocess"):
-            problems.add("frame_stack", "stacks frames of an env without Atari preprocessing, which rlexp stacks "
-                                        "only with env.preprocess=true")
+    if "frame_stack" in values and not env.get("preprocess"):  # (SB3's VecFrameStack, over the row's wrappers)
+        env.setdefault("wrappers", []).append({"_target_": "rlexp.envs.wrappers.StackFramesLast",
+                                               "n_stack": int(values["frame_stack"])})
+    elif "frame_stack" in values:
         env["frame_stack"] = int(values["frame_stack"])
     elif env.get("preprocess"):
         env["frame_stack"] = 1  # SB3 stacks nothing unless the row says frame_stack
