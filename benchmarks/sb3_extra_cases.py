@@ -75,6 +75,28 @@ def case(name: str, seed: int = 0, steps: int | None = None) -> tuple[RecurrentP
         env = make_vec_env("Pendulum-v1", n_envs=1, seed=seed)
         model = TQC("MlpPolicy", env, learning_rate=1e-3, seed=seed, verbose=0, device="cpu")
         return model, steps or 20_000, "Pendulum-v1"
+    if name == "crossq-pendulum":  # RL Zoo's crossq.yml Pendulum-v1 row: 20k steps, policy_delay 2, [256, 256]
+        from sb3_contrib import CrossQ
+
+        env = make_vec_env("Pendulum-v1", n_envs=1, seed=seed)
+        model = CrossQ("MlpPolicy", env, policy_delay=2, policy_kwargs=dict(net_arch=[256, 256]), seed=seed,
+                       verbose=0, device="cpu")
+        return model, steps or 20_000, "Pendulum-v1"
+    if name == "tqc-her-fetchreach":  # RL Zoo's tqc.yml FetchReach-v1 row on FetchReach-v4: HER, 20k steps
+        from pathlib import Path
+
+        from sb3_contrib import TQC
+        from stable_baselines3.her import HerReplayBuffer
+
+        sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "src"))
+        import rlexp.envs.robotics  # noqa: F401  (registers the Fetch ids, as rlexp does)
+
+        env = VecNormalize(make_vec_env("FetchReach-v4", n_envs=1, seed=seed), gamma=0.95)
+        model = TQC("MultiInputPolicy", env, buffer_size=1_000_000, ent_coef="auto", batch_size=256, gamma=0.95,
+                    learning_rate=1e-3, learning_starts=1000, replay_buffer_class=HerReplayBuffer,
+                    replay_buffer_kwargs=dict(goal_selection_strategy="future", n_sampled_goal=4),
+                    policy_kwargs=dict(net_arch=[64, 64], n_critics=1), seed=seed, verbose=0, device="cpu")
+        return model, steps or 20_000, "FetchReach-v4"
     raise SystemExit(f"unknown case {name}")
 
 

@@ -37,14 +37,19 @@ CASES = {  # same hyperparameters, networks, env steps and gradient updates as s
     "td3-pendulum": ["agent=td3", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
     "sac-pendulum": ["agent=sac", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
     "ppo-pendulum": ["agent=ppo", "env=pendulum", "run.max_steps=1e5", "run.target_reward=null"],
-    # sb3-contrib's RecurrentPPO, QRDQN and TQC (benchmarks/sb3_extra_cases.py; the SB3 virtualenv needs sb3-contrib)
+    # sb3-contrib's RecurrentPPO, QRDQN, TQC (also with SB3's HER) and CrossQ (benchmarks/sb3_extra_cases.py; the SB3
+    # virtualenv needs sb3-contrib, and gymnasium-robotics for FetchReach)
     "ppo-lstm-cartpole-novel": ["agent=ppo", "env=cartpole_novel", "model=lstm", "run.max_steps=2e4",
                                 "run.target_reward=null"],
     "qrdqn-cartpole": ["agent=qrdqn", "env=cartpole", "run.max_steps=5e4", "run.target_reward=null"],
     "tqc-pendulum": ["agent=tqc", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
+    "crossq-pendulum": ["agent=crossq", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"],
+    "tqc-her-fetchreach": ["agent=tqc", "env=generic", "env.id=FetchReach-v4", "run.max_steps=2e4",
+                           "run.target_reward=null"],
 }
 SB3_EXTRA_CASES = ROOT / "benchmarks" / "sb3_extra_cases.py"
-EXTRA = ("ppo-lstm-cartpole-novel", "ppo-pendulum", "qrdqn-cartpole", "tqc-pendulum")
+EXTRA = ("ppo-lstm-cartpole-novel", "ppo-pendulum", "qrdqn-cartpole", "tqc-pendulum", "crossq-pendulum",
+         "tqc-her-fetchreach")
 REJAX_CASES = ROOT / "benchmarks" / "rejax_cases.py"
 REJAX = ("ppo-cartpole", "td3-pendulum")  # (rejax has no gSDE, which PPO Pendulum's row uses)
 SUMMARY = re.compile(r"done \(\w+\): ([\d,]+) steps in ([\d.]+) s .*\| eval (-?[\d.]+) ± ([\d.]+)")

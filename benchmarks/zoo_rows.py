@@ -99,7 +99,8 @@ def rlexp_agent(algo: str, key: str, env_id: str, after: dict | None = None):
         cfg = compose(config_name="config", overrides=[f"agent={algo}", "env=generic", f"env.id={env_id}",
                                                        "run.mixed_precision=false"])
     model = sections.pop("model")
-    OmegaConf.set_struct(cfg.buffer, False)  # (a row's replay class brings its own options: HER's)
+    if "buffer" in cfg:  # (a row's replay class brings its own options: HER's)
+        OmegaConf.set_struct(cfg.buffer, False)
     cfg = OmegaConf.merge(cfg, sections)
     with open_dict(cfg):
         cfg.model = OmegaConf.create(model)
