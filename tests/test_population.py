@@ -314,7 +314,7 @@ def test_resume_on_a_population_dir_resumes_every_member(trained_population):
     (["run.seeds=0"], "run.seeds=0 must be at least 1"),
     (["agent=dqn", "buffer=prioritized", "run.seeds=2"],
      "run.seeds: a population's members replay from uniform buffers, not PrioritizedReplayBuffer; populations train "
-     "PPO, A2C, VPG, TRPO, DQN, DDPG, TD3 and SAC"),
+     "PPO, A2C, VPG, TRPO, DQN, QR-DQN, DDPG, TD3, SAC and TQC"),
     (["run.seeds=2", "run.eval_interval=1000"], "run.eval_interval with run.seeds: a population evaluates its members"),
     (["run.members={lr:[0.001,0.002]}", "run.seeds=3"], "run.members.lr=[0.001, 0.002] must list one value per member"),
 ])

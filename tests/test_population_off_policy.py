@@ -1,4 +1,4 @@
-"""Off-policy populations (DQN, DDPG, TD3, SAC): each member's own replay, warm-up, exploration and targets."""
+"""Off-policy populations (DQN, DDPG, TD3, SAC, and TQC and QR-DQN on their bases): each member's own replay, warm-up, exploration and targets."""
 import numpy as np
 import pytest
 import tensorflow as tf
@@ -10,8 +10,10 @@ from rlexp.agents.dqfd import DQfD
 from rlexp.agents.dqn import DQN
 from rlexp.agents.naf import NAF
 from rlexp.agents.off_policy import soft_update
+from rlexp.agents.qrdqn import QRDQN
 from rlexp.agents.sac import SAC
 from rlexp.agents.td3 import TD3
+from rlexp.agents.tqc import TQC
 from rlexp.buffers import GraphReplayBuffer, PrioritizedReplayBuffer, ReplayBuffer
 from rlexp.buffers.members import MemberGraphReplayBuffer, MemberReplayBuffers
 from rlexp.envs import make_envs, make_member_envs
@@ -19,8 +21,11 @@ from rlexp.errors import UserError
 
 STEPS = 600  # 200 random warm-up steps per member, then updates
 ARGS = {TD3: dict(), SAC: dict(), DDPG: dict(noise_type="ornstein_uhlenbeck", step_noise_coef=0.5),
-        DQN: dict(epsilon_decay_steps=400, target_sync_steps=100, train_freq=2)}
-ENVS = {TD3: "Pendulum-v1", SAC: "Pendulum-v1", DDPG: "MountainCarContinuous-v0", DQN: "CartPole-v1"}
+        DQN: dict(epsilon_decay_steps=400, target_sync_steps=100, train_freq=2),
+        TQC: dict(n_quantiles=5, top_quantiles_to_drop_per_net=1),
+        QRDQN: dict(n_quantiles=7, epsilon_decay_steps=400, target_sync_steps=100, train_freq=2)}
+ENVS = {TD3: "Pendulum-v1", SAC: "Pendulum-v1", DDPG: "MountainCarContinuous-v0", DQN: "CartPole-v1",
+        TQC: "Pendulum-v1", QRDQN: "CartPole-v1"}
 
 
 def buffer():
@@ -51,7 +56,7 @@ def same(a, b) -> bool:
     return a.keys() == b.keys() and all(equal(a[k], b[k]) for k in a)
 
 
-@pytest.mark.parametrize("cls", [TD3, SAC, DDPG, DQN])
+@pytest.mark.parametrize("cls", [TD3, SAC, DDPG, DQN, TQC, QRDQN])
 def test_an_off_policy_member_is_unchanged_bit_for_bit_when_another_members_seed_changes(cls):
     """Graph envs and replay (TD3, SAC on Pendulum), NumPy envs and replay (DDPG with Ornstein-Uhlenbeck noise
     restarting at episode ends, DQN): member 1's other seed changes its warm-up, exploration, replay and updates."""
@@ -64,7 +69,7 @@ def test_an_off_policy_member_is_unchanged_bit_for_bit_when_another_members_seed
     assert not np.array_equal(replay(first, 1)["data/obs"], replay(second, 1)["data/obs"])
 
 
-@pytest.mark.parametrize("cls", [TD3, DQN])
+@pytest.mark.parametrize("cls", [TD3, DQN, TQC, QRDQN])
 def test_each_off_policy_member_trains_as_its_single_run_to_float_rounding(cls):
     """The same warm-up actions and replay draws; updates agree to rounding (rlexp.models.stacked)."""
     seeds = [3, 5]

@@ -20,8 +20,6 @@ class QRDQN(DQN):
     """
 
     prioritized_replay = False  # (sb3-contrib's QRDQN samples uniformly)
-    population_support = False
-    member_keys = ()
 
     def __init__(self, envs, model=None, buffer=None, *, n_quantiles: int = 200, **kwargs) -> None:
         if isinstance(n_quantiles, bool) or not float(n_quantiles).is_integer() or int(n_quantiles) < 1:

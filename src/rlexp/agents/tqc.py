@@ -22,8 +22,6 @@ class TQC(SAC):
             n_critics x this many are dropped (2).
     """
 
-    population_support = False
-    member_keys = ()
     auto_bfloat16 = False
 
     def __init__(self, envs, model=None, buffer=None, *, n_quantiles: int = 25, n_critics: int = 2,

@@ -25,7 +25,7 @@ from rlexp.runs.history import History
 
 log = logging.getLogger("rlexp")
 
-SUPPORTED = ("PPO, A2C, VPG, TRPO, DQN, DDPG, TD3 and SAC with dense models on vector observations (float32, uniform "
+SUPPORTED = ("PPO, A2C, VPG, TRPO, DQN, QR-DQN, DDPG, TD3, SAC and TQC with dense models on vector observations (float32, uniform "
              "replay, no obs/reward normalisation, no gSDE)")
 MEMBER_RANGES = {"lr": (0.0, 1.0, False), "gamma": (0.0, 1.0, False), "lam": (0.0, 1.0, True), "tau": (0.0, 1.0, False),
                  "clip_norm": (0.0, math.inf, False)}  # (low, high, low included); others: >= 0
