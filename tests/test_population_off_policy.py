@@ -179,7 +179,7 @@ def test_an_off_policy_population_resumes_every_member_and_a_member_loads_as_a_s
 
 
 @pytest.mark.parametrize("cls, args, message", [
-    (NAF, {}, r"^run.seeds: NAF does not train as a population yet; populations train PPO, A2C, VPG, TRPO, DQN, DDPG"),
+    (NAF, {}, r"^run.seeds: NAF does not train as a population yet; populations train PPO, A2C, VPG, TRPO, DQN, QR-DQN, DDPG"),
     (DQN, dict(buffer=PrioritizedReplayBuffer(1000, 100, 32)),
      r"^run.seeds: a population's members replay from uniform buffers, not PrioritizedReplayBuffer"),
 ])
