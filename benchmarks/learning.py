@@ -55,6 +55,9 @@ CASES = {  # name: (CLI args, threshold); the tuned preset of each pair supplies
     "crossq-pendulum": (["agent=crossq", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
     "tqc-fetchreach": (["agent=tqc", "env=generic", "env.id=FetchReach-v4", "run.max_steps=2e4",
                         "run.target_reward=null"], -5),
+    # TD3 with HER on FetchReach (RL Zoo has no TD3 Fetch row: the TD3 fallback, HER's buffer preset, the row's gamma)
+    "td3-her-fetchreach": (["agent=td3", "env=generic", "env.id=FetchReach-v4", "buffer=her", "agent.gamma=0.95",
+                            "buffer.initial_size=1000", "run.max_steps=2e4", "run.target_reward=null"], -5),
     "tqc-pendulum": (["agent=tqc", "env=pendulum", "run.max_steps=2e4", "run.target_reward=null"], -200),
     # sb3-contrib's ARS on RL Zoo's ars.yml rows (Swimmer: its `default` row, which RL Zoo trains there); RL Zoo's
     # scores: CartPole 500, Pendulum -212.5 +- 160.4, Swimmer-v3 355.3
