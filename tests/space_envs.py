@@ -52,3 +52,34 @@ for _action in ("discrete", "multi_discrete", "multi_binary"):
     for _obs in ("box", "dict", "tuple"):
         gym.register(f"Spaces-{_action}-{_obs}-v0", entry_point=SpacesEnv, max_episode_steps=20,
                      kwargs={"action": _action, "observation": _obs})
+
+
+class BitFlipEnv(gym.Env):
+    """Andrychowicz et al.'s bit flipping as a goal-conditioned env: flip one of n bits a step to reach the goal's
+    bits; reward 0 when they match, -1 otherwise (`compute_reward`, batched); n steps an episode."""
+
+    def __init__(self, n_bits: int = 4) -> None:
+        self.n = n_bits
+        bits = spaces.Box(0.0, 1.0, (n_bits,), np.float32)
+        self.observation_space = spaces.Dict({"achieved_goal": bits, "desired_goal": bits, "observation": bits})
+        self.action_space = spaces.Discrete(n_bits)
+
+    def _observe(self):
+        return {"achieved_goal": self.state.copy(), "desired_goal": self.goal.copy(), "observation": self.state.copy()}
+
+    def compute_reward(self, achieved_goal, desired_goal, info):
+        return -(np.abs(np.asarray(achieved_goal) - np.asarray(desired_goal)).sum(axis=-1) > 0).astype(np.float32)
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.state = self.np_random.integers(0, 2, self.n).astype(np.float32)
+        self.goal = self.np_random.integers(0, 2, self.n).astype(np.float32)
+        return self._observe(), {}
+
+    def step(self, action):
+        self.state[int(action)] = 1.0 - self.state[int(action)]
+        reward = float(self.compute_reward(self.state, self.goal, {}))
+        return self._observe(), reward, reward == 0.0, False, {}
+
+
+gym.register("BitFlip-v0", entry_point=BitFlipEnv, max_episode_steps=4)

@@ -166,3 +166,19 @@ def test_her_bad_input_is_one_line_on_the_command_line(tmp_path):
         assert result.returncode != 0 and len(result.stderr.strip().splitlines()) == 1, result.stderr
         assert says in result.stderr, result.stderr
     assert not (tmp_path / "outputs").exists()
+
+
+def test_dqn_trains_with_her_on_a_discrete_goal_env():
+    """Any off-policy agent: DQN on bit flipping (tests/space_envs.py), its batches holding relabelled successes."""
+    import space_envs  # noqa: F401  (registers BitFlip-v0)
+
+    from rlexp.agents import DQN
+    from rlexp.envs.make import make_envs
+
+    agent = DQN(make_envs("BitFlip-v0", n_envs=2, seed=0, vectorization="sync"), model="mlp", seed=0,
+                buffer=HerReplayBuffer(5000, 100, 64, n_sampled_goal=4), epsilon_decay_steps=500, train_freq=2)
+    agent.fit(1000, progress="none", verbose=0)
+    assert agent.steps == 1000
+    batch = agent.buffer.sample()
+    relabelled, real = batch["rewards"][:51], batch["rewards"][51:]
+    assert (relabelled == 0).mean() > (real == 0).mean()
