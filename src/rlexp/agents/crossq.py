@@ -92,13 +92,3 @@ class CrossQ(SAC):
         self.optimizer_step(self.critic_optimizer, tape.gradient(loss, variables), variables)
         self.updates.assign_add(1)
         return loss
-
-    @no_autograph
-    def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
-        """One critic step; every `policy_delay` steps an actor step (and the entropy coefficient's)."""
-        critic_loss = self.critic_step(obs, actions, rewards, next_obs, terminated)
-        if self.policy_delay == 1:
-            return dict(critic_loss=critic_loss, actor_loss=self.actor_step(obs))
-        actor_loss = tf.cond(self.updates % self.policy_delay == 0, lambda: self.actor_step(obs),
-                             self.metric_zero)
-        return dict(critic_loss=critic_loss, actor_loss=actor_loss)

@@ -163,13 +163,3 @@ class DDPG(OffPolicyAgent):
         self.update_targets(self.target_actor.variables, self.actor.variables, self.tau)
         for target, critic in zip(self.target_critics, self.critics):
             self.update_targets(target.variables, critic.variables, self.tau)
-
-    @no_autograph
-    def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
-        """One critic step; every `policy_delay` steps an actor step and soft target updates."""
-        critic_loss = self.critic_step(obs, actions, rewards, next_obs, terminated)
-        if self.policy_delay == 1:
-            return dict(critic_loss=critic_loss, actor_loss=self.actor_step(obs))
-        actor_loss = tf.cond(self.updates % self.policy_delay == 0, lambda: self.actor_step(obs),
-                             self.metric_zero)
-        return dict(critic_loss=critic_loss, actor_loss=actor_loss)

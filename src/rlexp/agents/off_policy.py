@@ -110,9 +110,15 @@ class OffPolicyAgent(Agent):
         """Exploratory actions for a batch of observations, as stored in the buffer (graph code)."""
         raise NotImplementedError  # abstract
 
+    @no_autograph
     def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
-        """One gradient update on a batch; returns `metric_names` (graph code)."""
-        raise NotImplementedError  # abstract
+        """One gradient update on a batch; returns `metric_names` (graph code). The actor-critics' (`critic_step`,
+        `actor_step`): a critic step, and every `policy_delay` of them an actor step."""
+        critic_loss = self.critic_step(obs, actions, rewards, next_obs, terminated)
+        if self.policy_delay == 1:
+            return dict(critic_loss=critic_loss, actor_loss=self.actor_step(obs))
+        actor_loss = tf.cond(self.updates % self.policy_delay == 0, lambda: self.actor_step(obs), self.metric_zero)
+        return dict(critic_loss=critic_loss, actor_loss=actor_loss)
 
     def episodes_ended(self, dones: tf.Tensor) -> None:
         """With `resets_at_episode_ends`, after each exploratory env step of the fused loop: `dones` [n_envs] flags

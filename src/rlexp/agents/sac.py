@@ -251,11 +251,6 @@ class SAC(OffPolicyAgent):
         for target, critic in zip(self.target_critics, self.critics):
             self.update_targets(target.variables, critic.variables, self.tau)
 
-    @no_autograph
-    def update_step(self, obs, actions, rewards, next_obs, terminated) -> dict[str, tf.Tensor]:
-        critic_loss = self.critic_step(obs, actions, rewards, next_obs, terminated)
-        return dict(critic_loss=critic_loss, actor_loss=self.actor_step(obs))
-
     def train_iteration(self) -> dict[str, float]:
         metrics = super().train_iteration()
         if not metrics:
