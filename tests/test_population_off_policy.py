@@ -255,3 +255,21 @@ def test_member_buffers_round_trip_every_members_replay_and_the_graph_buffer_sto
     again = MemberReplayBuffers(ReplayBuffer(8, 1, 2), [np.random.default_rng(s) for s in (0, 1)])
     again.load_state_dict(state)
     assert same(again.state_dict(), state) and again.size == 8
+
+
+def test_member_graph_replay_samples_only_the_drawn_rows_never_a_whole_buffer():
+    # scatter updates put a variable in copy-on-read mode: reading a whole member buffer in each sample copied
+    # N x max_size rows per column and update (the population's per-step cost grew with the buffer's size)
+    graph = MemberGraphReplayBuffer(MemberReplayBuffers(ReplayBuffer(64, 1, 4), [np.random.default_rng(s) for s in (0, 1)]))
+    obs = np.ones((2, 3), np.float32)
+    graph.add(obs, np.zeros((2, 1), np.float32), np.ones(2, np.float32), obs, np.zeros(2, bool))
+    rng = MemberGenerators([0, 1])
+    sample = tf.function(lambda: graph.graph_sample(8, rng))
+    traced = sample.get_concrete_function().graph
+    ops = traced.get_operations()
+    handles = [v.handle for v in graph.data.values()]
+    replay = {inside.name for outside, inside in traced.captures if any(outside is h for h in handles)}
+    assert len(replay) == 5
+    whole_reads = [op.name for op in ops if op.type == "ReadVariableOp" and op.inputs[0].name in replay]
+    gathers = [op for op in ops if op.type == "ResourceGatherNd"]
+    assert whole_reads == [] and len(gathers) == 5

@@ -127,14 +127,12 @@ class MemberGraphReplayBuffer(GraphReplayBuffer):
 
         idx = tf.reshape(rng.uniform([self.count * rows], 0, self._counters[0], dtype=tf.int64), [self.count, rows])
         batches = rows // self.batch_size
-        out = []
-        for k in KEYS:
-            taken = tf.gather(self.data[k], idx, batch_dims=1)  # [N, rows, ...]
-            shape = taken.shape[2:]
-            split = tf.reshape(taken, [self.count, batches, self.batch_size, *shape])
-            swapped = tf.transpose(split, [1, 0, 2, *range(3, 3 + len(shape))])
-            out.append(tf.reshape(swapped, [-1, *shape]))
-        return out
+        # (member, slot) pairs in the output's order [batches, N, batch_size]: gathered straight from the
+        # variables (a ResourceGatherNd: no read of a whole buffer, which scatter updates make a copy)
+        slots = tf.transpose(tf.reshape(idx, [self.count, batches, self.batch_size]), [1, 0, 2])
+        members = tf.broadcast_to(tf.range(self.count, dtype=tf.int64)[None, :, None], tf.shape(slots))
+        where = tf.reshape(tf.stack([members, slots], axis=-1), [-1, 2])
+        return [self.data[k].gather_nd(where) for k in KEYS]
 
     def sample(self, n_batches: int = 1) -> dict[str, np.ndarray]:
         parts = []
