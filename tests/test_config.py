@@ -210,6 +210,8 @@ def test_thread_counts_auto_and_explicit():
     assert thread_counts(auto, image_obs=False, cores=2) == (2, 1)  # two small ops side by side
     assert thread_counts(auto, image_obs=False, cores=16) == (2, 8)
     assert thread_counts(auto, image_obs=True, cores=2) == (1, 0)  # one large conv at a time, all cores
+    assert thread_counts(auto, image_obs=False, cores=2, wide_ops=True) == (2, 2)  # an on-policy population's XLA
+    assert thread_counts(auto, image_obs=False, cores=16, wide_ops=True) == (2, 16)
     assert thread_counts({"tf_threads": 0, "tf_inter_threads": 1}, image_obs=False, cores=2) == (1, 0)
     for bad in ("many", -1, 1.5):
         with pytest.raises(UserError, match="run.tf_threads"):

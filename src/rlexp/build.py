@@ -31,16 +31,21 @@ def setup_tensorflow(cfg: DictConfig) -> None:
         tf.config.experimental.enable_op_determinism()
 
 
-def thread_counts(run: Any, image_obs: bool, cores: int | None = None) -> tuple[int, int]:
+def thread_counts(run: Any, image_obs: bool, cores: int | None = None, wide_ops: bool = False) -> tuple[int, int]:
     """(inter-op, intra-op) TensorFlow threads from run.tf_inter_threads / run.tf_threads (0: TF's default).
 
     `auto`: MLP graphs are many small ops, so two inter-op threads running independent ops side by side
     (two critics, target and online networks, backward matmuls) beat splitting each small op across cores
     (DQN 1.5x, TD3 1.4x faster on 2 cores); image models have large convolutions, so one op at a time on
-    all cores.
+    all cores. `wide_ops`: an on-policy population's XLA program, whose batched matmuls are N members' work each,
+    gets all cores beside two inter-op threads (PPO CartPole, 8 members: 1.2x); an off-policy population's graph
+    keeps a single run's split, which its two critics use (docs/performance.md, "Populations").
     """
     cores = cores or (len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()) or 1
-    auto = (1, 0) if image_obs else (min(2, cores), max(1, cores // 2))
+    if image_obs:
+        auto = (1, 0)
+    else:
+        auto = (min(2, cores), cores if wide_ops else max(1, cores // 2))
     counts = []
     for key, default in zip(("tf_inter_threads", "tf_threads"), auto):
         value = run.get(key, "auto")
@@ -53,7 +58,7 @@ def thread_counts(run: Any, image_obs: bool, cores: int | None = None) -> tuple[
     return counts[0], counts[1]
 
 
-def configure_threads(run: Any, image_obs: bool) -> None:
+def configure_threads(run: Any, image_obs: bool, wide_ops: bool = False) -> None:
     """Set TensorFlow's thread pools (before its first op). Once TensorFlow runs in this process (a sweep's
     earlier trial run in-process, or the Python API) its pools stay as they are: a warning names each count
     that could not apply and the one in effect."""
@@ -64,7 +69,7 @@ def configure_threads(run: Any, image_obs: bool) -> None:
 
     kept = []
     for key, pool, count in zip(("tf_inter_threads", "tf_threads"), ("inter_op", "intra_op"),
-                                thread_counts(run, image_obs)):
+                                thread_counts(run, image_obs, wide_ops=wide_ops)):
         try:
             getattr(tf.config.threading, f"set_{pool}_parallelism_threads")(count)
         except RuntimeError:  # TensorFlow started already, with another count
@@ -246,7 +251,8 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
     from rlexp.envs.spaces import is_image
 
     image_obs = is_image(envs.single_observation_space)
-    configure_threads(cfg.run, image_obs)
+    population_xla = seeds is not None and len(seeds) > 1 and not getattr(cls, "off_policy", False)
+    configure_threads(cfg.run, image_obs, wide_ops=population_xla)
     # an agent built to play or evaluate (n_envs given) never trains: its rollout's minibatch split doesn't apply
     playing = {"mini_batches": 1} if n_envs is not None and "mini_batches" in cfg.agent else {}
     setting = cfg.run.get("mixed_precision", False)
