@@ -3,7 +3,7 @@ episodes end, counted over all envs, then gradient_steps updates (-1: one per tr
 length worked out by hand; RL Zoo's rows translated; refusals."""
 import pytest
 
-from rlexp.agents import DQN, SAC, TD3
+from rlexp.agents import DQN, NAF, QRDQN, SAC, TD3
 from rlexp.buffers import ReplayBuffer
 from rlexp.envs.make import make_envs
 from rlexp.errors import UserError
@@ -35,6 +35,33 @@ def test_two_episodes_of_one_env_then_a_fixed_number_of_updates():
     assert (agent.steps, int(agent.updates)) == (20, 6)
 
 
+def cartpole(n_envs, episode_steps):
+    return make_envs("CartPole-v1", n_envs=n_envs, seed=0, max_episode_steps=episode_steps, vectorization="sync")
+
+
+@pytest.mark.parametrize("numpy_acting", [True, False])
+def test_dqn_two_episodes_then_a_fixed_number_of_updates(numpy_acting):
+    # CartPole cut at 4 steps (no pole falls that soon): each phase is 8 steps, two episodes; the first fills the
+    # buffer's 4 initial transitions, so every phase ends with 3 updates (DQN explores from the first step)
+    agent = DQN(cartpole(1, 4), model="mlp", buffer=ReplayBuffer(1000, 4, 8), seed=0, train_freq=2,
+                train_freq_unit="episode", gradient_steps=3, numpy_acting=numpy_acting, epsilon_decay_steps=16)
+    agent.fit(8, progress="none", verbose=0)
+    assert (agent.steps, int(agent.optimizer.iterations)) == (8, 3)
+    agent.fit(16, progress="none", verbose=0)
+    assert (agent.steps, int(agent.optimizer.iterations)) == (16, 6)
+
+
+def test_qrdqn_one_episode_over_two_envs_then_one_update_per_transition():
+    # both envs end their 4-step episodes together: 8 transitions, 8 updates; the buffer waits for 10 (so the
+    # first phase does not learn), the second phase learns from its 8
+    agent = QRDQN(cartpole(2, 4), model="mlp", buffer=ReplayBuffer(1000, 10, 8), seed=0, n_quantiles=5, train_freq=1,
+                  train_freq_unit="episode", gradient_steps=-1)
+    agent.fit(8, progress="none", verbose=0)
+    assert (agent.steps, int(agent.optimizer.iterations)) == (8, 0)
+    agent.fit(16, progress="none", verbose=0)
+    assert (agent.steps, int(agent.optimizer.iterations)) == (16, 8)
+
+
 def test_rows_with_episodes_translate():
     row = ZooRow("sac", "Mine-v0", {"policy": "MlpPolicy", "train_freq": [2, "episode"], "gradient_steps": -1},
                  "sac.yml", "test")
@@ -42,13 +69,16 @@ def test_rows_with_episodes_translate():
     assert (agent["train_freq"], agent["train_freq_unit"], agent["gradient_steps"]) == (2, "episode", -1)
     assert "train_freq_unit" not in translate(ZooRow("sac", "Mine-v0", {"policy": "MlpPolicy", "train_freq": [4, "step"]},
                                                      "sac.yml", "test"))["agent"]
+    agent = translate(ZooRow("dqn", "Mine-v0", {"policy": "MlpPolicy", "train_freq": [3, "episode"]}, "dqn.yml",
+                             "test"))["agent"]
+    assert (agent["train_freq"], agent["train_freq_unit"]) == (3, "episode")
 
 
 @pytest.mark.parametrize("make, says", [
     (lambda: SAC(pendulum(1, 5), model="mlp", buffer=ReplayBuffer(100, 10, 8), train_freq_unit="episodes"),
      "agent.train_freq_unit='episodes': use step or episode"),
-    (lambda: DQN(make_envs("CartPole-v1", n_envs=1, seed=0), model="mlp", buffer=ReplayBuffer(100, 10, 8),
-                 train_freq_unit="episode"), "DQN counts train_freq in env steps"),
+    (lambda: NAF(pendulum(1, 5), model="mlp", buffer=ReplayBuffer(100, 10, 8), train_freq_unit="episode"),
+     "NAF counts train_freq in env steps"),
 ])
 def test_refused(make, says):
     with pytest.raises(UserError, match=says):

@@ -95,11 +95,11 @@ def test_dqn_numpy_collection_acts_greedily_with_the_q_network():
     agent = DQN(make_envs("CartPole-v1", n_envs=2, seed=0), buffer=ReplayBuffer(max_size=100), seed=0,
                 train_freq=20, model={"layers": [{"units": 32, "activation": "relu"}, {"output": True}]})
     assert agent._mirror is not None
-    agent._collect_numpy(epsilon=0.0)
+    agent._collect_numpy(epsilon=0.0, steps=agent.train_freq)
     data = agent.buffer.data
     greedy = tf.argmax(agent.model(data["obs"][:40]), axis=-1).numpy()
     np.testing.assert_array_equal(data["actions"][:40], greedy)
-    agent._collect_numpy(epsilon=1.0)  # all random: both actions show up
+    agent._collect_numpy(epsilon=1.0, steps=agent.train_freq)  # all random: both actions show up
     assert set(np.unique(data["actions"][40:80])) == {0, 1}
 
 

@@ -129,7 +129,7 @@ def test_strings_are_parsed_never_evaluated(tmp_path):
     ("ppo", "Mine-v0", {"policy": "MlpPolicy", "n_envs": 4, "foo": 1}, "foo is not an option"),
     ("ppo", "Mine-v0", {"policy": "MlpPolicy", "callback": "rl_zoo3.callbacks.X"}, "callback"),
     ("ppo", "Mine-v0", {"n_steps": 100, "batch_size": 64}, "batch_size = 64 does not divide"),
-    ("dqn", "Mine-v0", {"train_freq": [1, "episode"]}, "train_freq"),
+    ("dqn", "Mine-v0", {"train_freq": [1, "epoch"]}, "train_freq"),
 ])
 def test_a_key_rlexp_cannot_honour_is_refused_naming_row_and_key(algo, key, values, refused):
     row = (find_row(algo, key, atari=False, row=key) if values is None

@@ -54,6 +54,7 @@ class DQfD(DQN):
     """
 
     population_support = False  # demonstrations and n-step replay: not per member yet
+    episode_phases = False  # its phases mix demonstrations into each batch: train_freq counts env steps
 
     metric_names = ("loss", "td_loss", "n_step_loss", "supervised_loss")
 

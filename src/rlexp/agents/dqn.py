@@ -52,6 +52,7 @@ class DQN(OffPolicyAgent):
     metric_names = ("loss",)
     random_warmup = False
     prioritized_replay = True
+    episode_phases = True  # agent.train_freq_unit=episode (`episode_iteration`)
     population_support = True
     member_keys = ("lr", "gamma")
     default_models = {"image": "nature_cnn", "vector": "mlp_large"}  # RL Zoo's net_arch [256, 256]
@@ -141,9 +142,9 @@ class DQN(OffPolicyAgent):
         random = self.tf_rng.uniform([n_steps, self.n_envs], 0, self.n_actions, dtype=tf.int64, **per_member)
         return random, self.tf_rng.uniform([n_steps, self.n_envs], **per_member)
 
-    def _collect(self, obs: tf.Tensor, epsilon: tf.Tensor) -> tf.Tensor:
-        randoms, draws = self._exploration_noise(self.train_freq)
-        for t in tf.range(self.train_freq):
+    def _collect(self, obs: tf.Tensor, epsilon: tf.Tensor, steps: tf.Tensor) -> tf.Tensor:
+        randoms, draws = self._exploration_noise(steps)
+        for t in tf.range(steps):
             greedy = tf.argmax(self.q_values(obs), axis=-1)
             actions = tf.where(draws[t] < epsilon, randoms[t], greedy)
             next_obs = tf.numpy_function(self._numpy_step, [obs, actions], tf.as_dtype(self.obs_dtype), stateful=True)
@@ -151,14 +152,14 @@ class DQN(OffPolicyAgent):
             obs = next_obs
         return obs
 
-    def _collect_numpy(self, epsilon: float) -> None:
+    def _collect_numpy(self, epsilon: float, steps: int) -> None:
         """`_collect` with the Q-network's NumPy mirror: no TensorFlow call per env step. The exploration
         noise is the graph version's draws, so the transitions (and the training run) are too, bit for bit."""
-        randoms, draws = (x.numpy() for x in self._draws_fn(tf.constant(self.train_freq)))
+        randoms, draws = (x.numpy() for x in self._draws_fn(tf.constant(steps)))
         epsilon = np.float32(epsilon)  # compared in float32, as in the graph
         weights = [w.numpy() for w in self.model.weights]
         obs = self._obs
-        for t in range(self.train_freq):
+        for t in range(steps):
             greedy = np.argmax(self.numpy_q_values(self._mirror(weights, obs)[0]), axis=-1)
             obs = self._numpy_step(obs, np.where(draws[t] < epsilon, randoms[t], greedy))
 
@@ -210,15 +211,50 @@ class DQN(OffPolicyAgent):
         """Whether this iteration's env steps are followed by an update phase."""
         return self.buffer.ready
 
-    def train_iteration(self) -> dict[str, float]:
+    def collect(self, steps: int) -> None:
+        """`steps` epsilon-greedy vector env steps at the current exploration rate, into the buffer."""
         if self._mirror is not None:
-            self._collect_numpy(self.epsilon)
+            self._collect_numpy(self.epsilon, steps)
         else:
-            self._collect_fn(tf.convert_to_tensor(self._obs), tf.constant(self.epsilon, tf.float32))
+            self._collect_fn(tf.convert_to_tensor(self._obs), tf.constant(self.epsilon, tf.float32),
+                             tf.constant(steps))
+
+    def sync_target(self) -> None:
+        """Copy the online weights to the target once `target_sync_steps` env steps have passed since the last."""
+        if self.steps - self.last_sync >= self.target_sync_steps:
+            self._sync_fn()
+            self.last_sync = self.steps
+
+    def train_iteration(self) -> dict[str, float]:
+        if self.train_freq_unit == "episode":
+            return self.episode_iteration()
+        self.collect(self.train_freq)
         metrics = {"epsilon": self.epsilon}
         if self.can_learn() and self.gradient_steps > 0:
-            if self.steps - self.last_sync >= self.target_sync_steps:
-                self._sync_fn()
-                self.last_sync = self.steps
+            self.sync_target()
             metrics |= self.learn_from_replay()
         return metrics
+
+    def episode_iteration(self) -> dict[str, float]:
+        """agent.train_freq_unit=episode (SB3's train_freq=[n, "episode"]): vector env steps, the exploration rate
+        following each, until `train_freq` episodes have ended over all envs (or the run's next stop); then
+        `gradient_steps` updates (-1: one per transition collected), one graph call each."""
+        from rlexp.buffers import PrioritizedReplayBuffer
+
+        ended = steps = 0
+        while ended < self.train_freq and self.steps_left() > 0:
+            self.collect(1)
+            ended += int(np.count_nonzero(self.episode_ends))
+            steps += 1
+        metrics: dict[str, float] = {"epsilon": self.epsilon}
+        updates = steps * self.n_envs if self.updates_per_transition else self.gradient_steps
+        if not (self.can_learn() and updates > 0):
+            return metrics
+        self.sync_target()
+        if isinstance(self.buffer, PrioritizedReplayBuffer):
+            return metrics | self.run_prioritized_updates(updates)
+        totals: dict[str, float] = {}
+        for _ in range(updates):  # a phase's count varies, a batch's shape does not
+            for key, value in self.run_updates(self.normalize_batch(self.buffer.sample(1))).items():
+                totals[key] = totals.get(key, 0.0) + value
+        return metrics | {key: value / updates for key, value in totals.items()}

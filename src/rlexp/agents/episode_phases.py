@@ -21,7 +21,7 @@ def check_unit(agent: Any, unit: str) -> str:
     if unit == "episode":
         if not agent.episode_phases:
             raise UserError(f"agent.train_freq_unit=episode: {type(agent).__name__} counts train_freq in env steps; "
-                            "DDPG, TD3, SAC, TQC and CrossQ count it in episodes too")
+                            "DQN, QR-DQN, DDPG, TD3, SAC, TQC and CrossQ count it in episodes too")
         if agent.members is not None:
             raise UserError("agent.train_freq_unit=episode trains one run at a time; leave run.seeds out")
     return unit

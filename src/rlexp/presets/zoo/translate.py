@@ -297,16 +297,16 @@ def replay(values: dict[str, Any], frames: bool = False) -> dict[str, Any]:
     return buffer
 
 
-def update_schedule(values: dict[str, Any], problems: Problems, episodes: bool = False) -> dict[str, Any]:
-    """train_freq: env steps (a number, or SB3's [n, "step"]); with `episodes` (the actor-critics) also SB3's
-    [n, "episode"], as agent.train_freq_unit=episode."""
+def update_schedule(values: dict[str, Any], problems: Problems) -> dict[str, Any]:
+    """train_freq: env steps (a number, or SB3's [n, "step"]), or SB3's [n, "episode"] as
+    agent.train_freq_unit=episode."""
     frequency, unit = values["train_freq"], "step"
     if isinstance(frequency, list) and len(frequency) == 2 and frequency[1] in ("step", "episode"):
         frequency, unit = frequency
     number = None if isinstance(frequency, list) else as_number(frequency)
-    if number is None or not number.is_integer() or number < 1 or unit == "episode" and not episodes:
+    if number is None or not number.is_integer() or number < 1:
         problems.add("train_freq", f"= {values['train_freq']}: rlexp's train_freq is a whole number of env steps"
-                                   + (' or [n, "episode"]' if episodes else " for this algorithm, not episodes"))
+                                   ' or [n, "episode"]')
         number, unit = 1, "step"
     schedule = {"train_freq": int(number), "gradient_steps": int(values["gradient_steps"])}
     return schedule | ({"train_freq_unit": unit} if unit == "episode" else {})
@@ -333,7 +333,7 @@ def actor_critic_agent(row: ZooRow, values: dict[str, Any], options: dict[str, A
     """DDPG, TD3, SAC, TQC and CrossQ."""
     lr, lr_schedule = schedule(values["learning_rate"])
     agent: dict[str, Any] = {"lr": lr, "lr_schedule": lr_schedule, "gamma": float(values["gamma"]),
-                             **update_schedule(values, problems, episodes=True),
+                             **update_schedule(values, problems),
                              **normalization(row, values, problems), **policy_keys(row, values, options, problems)}
     if row.algo != "crossq":  # (no target networks)
         agent["tau"] = float(values["tau"])
