@@ -278,6 +278,8 @@ def test_each_member_writes_an_ordinary_run_dir_with_its_own_seed(trained_popula
         state = PPO.read_state(member_dir / "checkpoints" / "last.ckpt")
         assert state["config"]["seed"] == seed and state["steps"] == summary["steps"]
     assert "a population of 2 members (seeds 3, 5)" in result.stdout
+    # the members' evaluation agents keep the population's thread pools (no "can't apply" warning)
+    assert "already runs in this process" not in result.stdout + result.stderr
 
 
 def test_play_eval_plot_and_resume_take_a_member_as_any_run(trained_population):
@@ -315,7 +317,6 @@ def test_resume_on_a_population_dir_resumes_every_member(trained_population):
     (["agent=dqn", "buffer=prioritized", "run.seeds=2"],
      "run.seeds: a population's members replay from uniform buffers, not PrioritizedReplayBuffer; populations train "
      "PPO, A2C, VPG, TRPO, DQN, QR-DQN, DDPG, TD3, SAC and TQC"),
-    (["run.seeds=2", "run.eval_interval=1000"], "run.eval_interval with run.seeds: a population evaluates its members"),
     (["run.members={lr:[0.001,0.002]}", "run.seeds=3"], "run.members.lr=[0.001, 0.002] must list one value per member"),
 ])
 def test_a_refused_population_says_so_in_one_line_and_leaves_no_run_dir(tmp_path, args, message):
@@ -341,3 +342,28 @@ def test_a_population_with_a_member_stopped_before_the_others_resumes_every_memb
     assert again.steps == 2 * STEPS and [r.steps for r in again.member_records()] == [2 * STEPS, STEPS]
     assert list(again.members.active.numpy()) == [1.0, 0.0]
     assert all(np.array_equal(a, b) for a, b in zip(member(again, 0), member(agent, 0)))
+
+
+def test_members_evaluate_during_training_their_best_evaluation_is_their_best_ckpt_and_resume_keeps_them(tmp_path):
+    """run.eval_interval in a population: each member's own evaluations.parquet at its single run's steps (PPO
+    evaluates after the rollout that passes each multiple of 2,000: 2,048 and 4,096), best.ckpt the weights of its best
+    one (mode=eval of it scores that row again), and a resumed population evaluates on from there."""
+    result = rlexp(tmp_path, "agent=ppo", "env=cartpole", "run.seeds=[3,5]", "run.max_steps=5000",
+                   "run.eval_interval=2000", "run.eval_episodes=2", "run.progress=none")
+    assert result.returncode == 0, result.stdout + result.stderr
+    (run,) = Path(tmp_path).glob("outputs/*/*_ppo_cartpole")
+    firsts = []
+    for seed in (3, 5):
+        rows = pd.read_parquet(run / f"seed_{seed}" / "evaluations.parquet")
+        assert rows["step"].tolist() == [2048, 4096] and rows["episodes"].tolist() == [2, 2]
+        firsts.append(rows["mean_return"].iloc[0])
+        best = rows["mean_return"].max()
+        again = rlexp(tmp_path, "mode=eval", f"+checkpoint={run / f'seed_{seed}' / 'checkpoints' / 'best.ckpt'}",
+                      "run.eval_episodes=2")
+        assert again.returncode == 0 and f"eval: {best:.2f}" in again.stdout, again.stdout + again.stderr
+        assert f"seed {seed}) eval at step 2,048" in result.stdout
+    resumed = rlexp(tmp_path, f"+resume={run}", "run.max_steps=7000", "run.eval_interval=2000", "run.eval_episodes=2")
+    assert resumed.returncode == 0, resumed.stdout + resumed.stderr
+    for seed in (3, 5):
+        rows = pd.read_parquet(run / f"seed_{seed}" / "evaluations.parquet")
+        assert rows["step"].tolist() == [2048, 4096, 6144]

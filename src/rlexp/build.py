@@ -230,10 +230,11 @@ def check_config(cfg: DictConfig, n_envs: int | None = None) -> Checked:
 
 def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | None = None,
                 checked: Checked | None = None, seeds: list[int] | None = None,
-                member_values: dict[str, list[float]] | None = None):
+                member_values: dict[str, list[float]] | None = None, threads: bool = True):
     """Envs, buffer and agent from a composed config (the agent preset's `_target_` names the class), `checked`
     by `check_config` (which runs here when it is not given); with `seeds` a population of one member per seed, each
-    with its own envs (rlexp.agents.base.population)."""
+    with its own envs (rlexp.agents.base.population). `threads=False`: TensorFlow's thread pools stay as the agent
+    built before it in this process set them (a population member's evaluation agent)."""
     from rlexp.envs.make import env_from_config
     from rlexp.models.networks import is_recurrent
 
@@ -252,7 +253,8 @@ def build_agent(cfg: DictConfig, n_envs: int | None = None, render_mode: str | N
 
     image_obs = is_image(envs.single_observation_space)
     population_xla = seeds is not None and len(seeds) > 1 and not getattr(cls, "off_policy", False)
-    configure_threads(cfg.run, image_obs, wide_ops=population_xla)
+    if threads:
+        configure_threads(cfg.run, image_obs, wide_ops=population_xla)
     # an agent built to play or evaluate (n_envs given) never trains: its rollout's minibatch split doesn't apply
     playing = {"mini_batches": 1} if n_envs is not None and "mini_batches" in cfg.agent else {}
     setting = cfg.run.get("mixed_precision", False)

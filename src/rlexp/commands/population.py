@@ -16,7 +16,7 @@ from rlexp.build import build_agent, check_config, setup_tensorflow, startup_don
 from rlexp.errors import RunFailed, UserError
 from rlexp.runs.dirs import (choices, claim_run_dir, in_sweep, new_run_dir, run_config, run_dir_key,
                              task_overrides, unclaim_run_dir, write_run_config)
-from rlexp.runs.evaluation import deterministic_final_eval, evaluate, mean_std, write_summary
+from rlexp.runs.evaluation import deterministic_final_eval, evaluate, make_evaluator, mean_std, write_summary
 from rlexp.runs.lock import RunLock
 
 log = logging.getLogger("rlexp")
@@ -67,9 +67,6 @@ def member_dirs_and_configs(cfg: DictConfig, run_dir: Path, seeds: list[int],
 
 def check_population_settings(cfg: DictConfig) -> None:
     """What a population's runs cannot do yet, refused in one line before anything is made."""
-    if int(cfg.run.get("eval_interval") or 0) > 0:
-        raise UserError("run.eval_interval with run.seeds: a population evaluates its members at the end only; "
-                        "set run.eval_interval=0, or train the seeds as single runs")
     if (cfg.get("logger") or {}).get("name") == "wandb":
         raise UserError("logger=wandb with run.seeds: a population's members write TensorBoard only (<member dir>/tb); "
                         "drop logger=wandb, or train the seeds as single runs")
@@ -220,18 +217,27 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
                 for d, r in zip(member_dirs, records)]
     # in a sweep, each trial's first member reports to its trial (one trial's seeds, or each of a packed job's)
     trials = member_trials(trackers, int(float(cfg.run.max_steps)), agent, len(seeds))
+    evaluators = [make_evaluator(member, member_dir) for member, member_dir in zip(configs, member_dirs)]
+    for evaluator, record in zip(evaluators, records):  # a resumed member's evaluations up to its step
+        if evaluator is not None:
+            evaluator.restore(record.steps)
     failed = True
     try:
         summaries = agent.fit_population(cfg.run.max_steps, cfg.run.target_reward, run_dirs=member_dirs,
                                          checkpoint_interval=float(cfg.run.checkpoint_interval),
                                          history_interval=float(cfg.run.history_interval), config=run_config(cfg),
-                                         trackers=trackers, verbose=0 if cfg.agent.get("quiet") else 1)
+                                         trackers=trackers, verbose=0 if cfg.agent.get("quiet") else 1,
+                                         evaluators=evaluators if any(evaluators) else None,
+                                         make_single=lambda i: build_agent(configs[i], checked=checked, threads=False))
         for tracker in trackers:
             tracker.end_of_training()
         failed = False
     finally:
         for tracker in trackers:
             tracker.close(failed)
+        for evaluator in evaluators:
+            if evaluator is not None:
+                evaluator.close()
     agent.envs.close()
     means = []
     interrupted = agent.stop_signal
@@ -240,7 +246,7 @@ def _train(agent, cfg: DictConfig, seeds: list[int], member_dirs: list[Path], co
         # diverged: its weights are not finite; pruned or never started: its trial's result is not wanted
         stopped = str(summary["reason"]).startswith(("diverged", *STOPPED_BY_TRIAL))
         if not interrupted and not stopped:  # each member's final evaluation, by a single agent holding its weights
-            single = build_agent(member, checked=checked)
+            single = build_agent(member, checked=checked, threads=False)  # the population's pools
             single.load(member_dir / "checkpoints" / "last.ckpt", weights_only=True)
             returns = evaluate(single, member, deterministic_final_eval(member))
             single.envs.close()

@@ -15,7 +15,7 @@ from rlexp.runs.checkpoints import BEST, PREVIOUS, DamagedCheckpoint, diverged, 
 from rlexp.runs.dirs import (CHECKPOINT, absolute, check_resume_overrides, choices, claim_run_dir, in_sweep,
                              new_run_dir, run_config, run_dir_key, stored_config, task_overrides, unclaim_run_dir,
                              write_run_config)
-from rlexp.runs.evaluation import (deterministic_eval, deterministic_final_eval, eval_envs, eval_kind, evaluate,
+from rlexp.runs.evaluation import (deterministic_eval, deterministic_final_eval, eval_kind, evaluate, make_evaluator,
                                    mean_std, write_summary)
 from rlexp.runs.files import check_writable
 from rlexp.runs.lock import RunLock
@@ -47,17 +47,6 @@ def warn_if_no_update(agent: Any, cfg: DictConfig) -> None:
         log.warning(f"warning: run.max_steps={cfg.run.max_steps} ends before the first gradient step (after "
                     f"buffer.initial_size transitions), which needs run.max_steps >= {first:,}; nothing will be "
                     "learned")
-
-
-def make_evaluator(cfg: DictConfig, run_dir: Path):
-    """Evaluation during training (run.eval_interval > 0) on its own envs, seeded apart from training's."""
-    interval = int(cfg.run.get("eval_interval") or 0)
-    if interval <= 0:
-        return None
-    from rlexp.runs.evaluation import Evaluator
-
-    return Evaluator(lambda: eval_envs(cfg), interval, int(cfg.run.eval_episodes), run_dir,
-                     keep=int(cfg.run.get("keep_checkpoints") or 0), deterministic=deterministic_eval(cfg))
 
 
 def train(cfg: DictConfig) -> float | dict[str, float]:

@@ -87,6 +87,15 @@ class Evaluator:
             self.envs = None
 
 
+def make_evaluator(cfg: DictConfig, run_dir: Path) -> Evaluator | None:
+    """Evaluation during training (run.eval_interval > 0) on its own envs, seeded apart from training's."""
+    interval = int(cfg.run.get("eval_interval") or 0)
+    if interval <= 0:
+        return None
+    return Evaluator(lambda: eval_envs(cfg), interval, int(cfg.run.eval_episodes), run_dir,
+                     keep=int(cfg.run.get("keep_checkpoints") or 0), deterministic=deterministic_eval(cfg))
+
+
 # ----- evaluation episodes with the run's settings ----------------------------------------------------
 def mean_std(returns: list[float]) -> tuple[float, float]:
     """The returns' mean and (population) standard deviation; NaN for none."""

@@ -81,7 +81,7 @@ class Populations:
             if OmegaConf.select(self.config, key, default=None) not in (None, False):
                 return f"{key} is set"
         if int(OmegaConf.select(self.config, "run.eval_interval", default=0) or 0) > 0:
-            return "run.eval_interval is set (a population evaluates its members at the end only)"
+            return "run.eval_interval is set (a population's members report episodes to their trials, not evaluations)"
         if (OmegaConf.select(self.config, "logger.name", default=None) or "") == "wandb":
             return "logger=wandb"
         return None

@@ -323,12 +323,31 @@ class PopulationLoop(MemberCheckpoints):
     def fit_population(self, max_steps: float, target_reward: float | None = None,
                        run_dirs: Sequence[str | Path] | None = None, checkpoint_interval: float = 10.0,
                        history_interval: float = 2.0, config: Mapping[str, Any] | None = None,
-                       trackers: Sequence[Any] | None = None, verbose: int = 1) -> list[dict[str, Any]]:
+                       trackers: Sequence[Any] | None = None, verbose: int = 1,
+                       evaluators: Sequence[Any] | None = None,
+                       make_single: Callable[[int], Any] | None = None) -> list[dict[str, Any]]:
         """Train every member until `max_steps` env steps (each member's), its target mean reward or its
         divergence; a member that stops takes no more updates while the others go on. With `run_dirs` (one per
         member) each gets history.parquet, history.png and checkpoints/{last,best}.ckpt as `fit` writes them.
+        `evaluators` (one `rlexp.runs.evaluation.Evaluator` per member, all of one interval) evaluate the members
+        during training, each by the single agent `make_single(member)` builds, and make best.ckpt the best
+        evaluation (`rlexp.agents.base.member_evaluations`).
         Returns each member's summary (steps, seconds, reason, mean and best reward, episodes)."""
+        from rlexp.agents.base.member_evaluations import MemberView
+
+        evaluators = list(evaluators) if evaluators else None
+        views = [MemberView(self, i, lambda i=i: make_single(i)) for i in range(self.members.count)] if evaluators else []
+        try:
+            return self._fit_population(max_steps, target_reward, run_dirs, checkpoint_interval, history_interval,
+                                        config, trackers, verbose, evaluators, views)
+        finally:
+            for view in views:
+                view.close()
+
+    def _fit_population(self, max_steps, target_reward, run_dirs, checkpoint_interval, history_interval, config,
+                        trackers, verbose, evaluators, views) -> list[dict[str, Any]]:
         from rlexp.agents.base.loop import plot_history, stop_on_interrupt
+        from rlexp.agents.base.member_evaluations import evaluate_due_members
         from rlexp.checks.values import check_fit_arguments
         from rlexp.runs.checkpoints import checkpoint_wait
 
@@ -361,7 +380,7 @@ class PopulationLoop(MemberCheckpoints):
             with stop_on_interrupt(stop):
                 while training() and self.steps < self.max_steps and not stop[0]:
                     self._apply_lr()
-                    self.pause_step = None
+                    self.pause_step = None if evaluators is None else min(evaluators[i].next_step for i in training())
                     metrics = self.train_iteration()
                     iterations += 1
                     elapsed = time.perf_counter() - session_start
@@ -372,7 +391,7 @@ class PopulationLoop(MemberCheckpoints):
                         if tracker is not None:
                             tracker.trained(record.steps)
                     for i in self._record_member_episodes(elapsed):
-                        records[i].best_pending = True
+                        records[i].best_pending = evaluators is None  # with evaluations, best.ckpt is their best
                     for i in going:
                         bad = [k for k, v in metrics.items() if not np.isfinite(member_value(v, i))]
                         if records[i].reason is not None:  # stopped by its tracker (a sweep trial pruned)
@@ -385,6 +404,10 @@ class PopulationLoop(MemberCheckpoints):
                         if trackers[i] is not None and metrics:
                             trackers[i].scalars(self.steps, {f"train/{k}": member_value(v, i) for k, v in metrics.items()}
                                                 | {"train/learning_rate": self.current_lr() * self.member_lr_scale(i)})
+                    if evaluators is not None:
+                        began = time.perf_counter()
+                        evaluate_due_members(self, evaluators, views, training(), log)
+                        session_start += time.perf_counter() - began  # evaluations are not training time
                     if verbose and iterations % 10 == 1:
                         means = " ".join(f"{r.mean_reward:.1f}" if r.rewards else "-" for r in records)
                         log.info(f"step {self.steps:,}/{self.max_steps:,}: members' mean rewards {means}")
