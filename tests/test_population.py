@@ -38,13 +38,16 @@ def member(agent, i):
     return [w[i] for w in agent.model.get_weights()]
 
 
-@pytest.mark.parametrize("cls, env_id", [(PPO, "CartPole-v1"), (PPO, "Pendulum-v1"), (A2C, "CartPole-v1"),
-                                         (TRPO, "CartPole-v1"), (TRPO, "Pendulum-v1")])
-def test_a_member_is_unchanged_bit_for_bit_when_another_members_seed_and_data_change(cls, env_id):
-    """TRPO: each member's conjugate gradient, step size and line search its own."""
+@pytest.mark.parametrize("cls, env_id, normalize", [
+    (PPO, "CartPole-v1", False), (PPO, "Pendulum-v1", False), (A2C, "CartPole-v1", False), (TRPO, "CartPole-v1", False),
+    (TRPO, "Pendulum-v1", False), (PPO, "Pendulum-v1", True), (TRPO, "Pendulum-v1", True)])
+def test_a_member_is_unchanged_bit_for_bit_when_another_members_seed_and_data_change(cls, env_id, normalize):
+    """TRPO: each member's conjugate gradient, step size and line search its own. `normalize`: each member's own
+    observation statistics and reward scaling (RL Zoo's MuJoCo rows normalise)."""
     args = {PPO: {}, A2C: dict(n_steps=5, mini_batches=None, ppo_epochs=None),
             TRPO: dict(n_steps=16, ppo_epochs=None, grad_norm=None, lr=None)}[cls]
     args = {k: v for k, v in (PPO_ARGS | args).items() if v is not None}
+    args |= dict(normalize_obs=True, normalize_reward=True) if normalize else {}
     first, second = population([0, 1, 2], cls, env_id, **args), population([0, 7, 2], cls, env_id, **args)
     models = ("actor", "critic") if cls is TRPO else ("model",)
     for name in models:
@@ -240,8 +243,10 @@ def test_bad_seed_counts_and_lists_are_refused(seeds, message):
 
 def test_what_a_population_does_not_support_is_refused_in_one_line():
     envs = make_member_envs("CartPole-v1", 2, [0, 1], vectorization="sync")
+    from rlexp.agents.td3 import TD3  # an off-policy population's replay samples are not normalised per member yet
+
     with pytest.raises(UserError, match=r"^run.seeds: agent.normalize_obs=True is not supported in a population yet"):
-        PPO(envs, seeds=[0, 1], normalize_obs=True)
+        TD3(make_member_envs("Pendulum-v1", 1, [0, 1], vectorization="sync"), seeds=[0, 1], normalize_obs=True)
     with pytest.raises(UserError, match=r"^run.seeds: agent.kl_threshold=0.02 is not supported in a population yet"):
         PPO(envs, seeds=[0, 1], kl_threshold=0.02)
     pendulum = make_member_envs("Pendulum-v1", 2, [0, 1], vectorization="sync")
@@ -367,3 +372,52 @@ def test_members_evaluate_during_training_their_best_evaluation_is_their_best_ck
     for seed in (3, 5):
         rows = pd.read_parquet(run / f"seed_{seed}" / "evaluations.parquet")
         assert rows["step"].tolist() == [2048, 4096, 6144]
+
+
+def test_each_member_normalises_with_its_own_statistics_as_its_single_run_would():
+    """Two members of two envs each: member 0's rows are scaled by the statistics of member 0's rows alone (mean and
+    variance worked out here, from the normaliser's start of mean 0, variance 1 and count 1e-4), whatever member 1
+    sees; rewards are divided by the std of each member's own discounted returns, with its own gamma."""
+    from rlexp.envs.normalize import MemberNormalizers, Normalizer
+
+    normalizers = MemberNormalizers([Normalizer((1,), 2, gamma, True, True) for gamma in (0.5, 0.9)])
+    obs = np.array([[1.0], [3.0], [100.0], [300.0]])
+    scaled = normalizers.obs(obs, update=True)
+    count = 2 + 1e-4
+    mean = 2.0 * 2 / count  # batch mean 2, var 1: the parallel update from (0, 1, 1e-4)
+    var = (1.0 * 1e-4 + 1.0 * 2 + 2.0 ** 2 * 1e-4 * 2 / count) / count
+    np.testing.assert_allclose(scaled[:2, 0], np.array([1.0 - mean, 3.0 - mean]) / np.sqrt(var + 1e-8), rtol=1e-6)
+    assert normalizers.obs(np.array([[1.0], [3.0], [-5.0], [9.0]]))[:2].tolist() == scaled[:2].tolist()
+    rewards = normalizers.reward(np.array([1.0, 1.0, 1.0, 1.0]), np.zeros(4, bool))
+    rewards = normalizers.reward(np.array([1.0, 1.0, 1.0, 1.0]), np.zeros(4, bool))  # returns 1.5 (gamma .5), 1.9
+    for block, returns in ((rewards[:2], [1.0, 1.0, 1.5, 1.5]), (rewards[2:], [1.0, 1.0, 1.9, 1.9])):
+        n1, n2 = 2, 2  # two updates of two equal returns: the running variance of [1, 1] then [r, r]
+        count1 = 1e-4 + n1
+        mean1 = 1.0 * n1 / count1
+        var1 = (1.0 * 1e-4 + 0.0 + 1.0 * 1e-4 * n1 / count1) / count1
+        r = returns[2]
+        delta, total = r - mean1, count1 + n2
+        var2 = (var1 * count1 + 0.0 + delta ** 2 * count1 * n2 / total) / total
+        np.testing.assert_allclose(block, 1.0 / np.sqrt(var2 + 1e-8), rtol=1e-6)
+
+
+def test_a_members_checkpoint_holds_its_own_normalisation_and_a_resume_restores_it(tmp_path):
+    seeds = [0, 1]
+    make = lambda: PPO(make_member_envs("Pendulum-v1", 4, seeds, vectorization="sync"), seeds=seeds,
+                       normalize_obs=True, normalize_reward=True, member_values={"gamma": [0.9, 0.99]},
+                       **(PPO_ARGS | dict(use_sde=False)))
+    agent = make()
+    assert [n.gamma for n in agent.normalizer.members] == [0.9, 0.99]  # each member's reward scaling, its gamma
+    agent.fit_population(STEPS, verbose=0)
+    for i in (0, 1):
+        agent.save_member(i, tmp_path / f"m{i}.ckpt")
+    saved = [np.load(tmp_path / f"m{i}.ckpt") for i in (0, 1)]
+    for i in (0, 1):
+        own = agent.normalizer.members[i]
+        assert np.array_equal(saved[i]["normalizer/obs/mean"], own.obs_rms.mean)
+        assert np.array_equal(saved[i]["normalizer/return/var"], own.return_rms.var)
+    assert not np.array_equal(saved[0]["normalizer/obs/mean"], saved[1]["normalizer/obs/mean"])
+    again = make()
+    again.resume_population([tmp_path / "m0.ckpt", tmp_path / "m1.ckpt"])
+    for i in (0, 1):
+        assert np.array_equal(again.normalizer.members[i].obs_rms.mean, agent.normalizer.members[i].obs_rms.mean)

@@ -66,3 +66,34 @@ class Normalizer:
     def load_state_dict(self, state: dict[str, np.ndarray]) -> None:
         self.obs_rms.load_state_dict({k[4:]: v for k, v in state.items() if k.startswith("obs/")})
         self.return_rms.load_state_dict({k[7:]: v for k, v in state.items() if k.startswith("return/")})
+
+
+class MemberNormalizers:
+    """A population's normalisation: each member's own `Normalizer` (its statistics, its discount, its running
+    returns) on its block of the env columns, the members' blocks one after the other (member-major)."""
+
+    def __init__(self, members: list[Normalizer]) -> None:
+        self.members = members
+        self.normalize_obs, self.normalize_reward = members[0].normalize_obs, members[0].normalize_reward
+
+    def _blocks(self, x: np.ndarray) -> list[np.ndarray]:
+        return np.split(np.asarray(x), len(self.members))
+
+    def obs(self, obs: np.ndarray, update: bool = False) -> np.ndarray:
+        if not self.normalize_obs:
+            return obs
+        return np.concatenate([m.obs(part, update) for m, part in zip(self.members, self._blocks(obs))])
+
+    def reward(self, rewards: np.ndarray, dones: np.ndarray) -> np.ndarray:
+        if not self.normalize_reward:
+            return rewards
+        return np.concatenate([m.reward(r, d) for m, r, d in zip(self.members, self._blocks(rewards), self._blocks(dones))])
+
+    def scale_reward(self, rewards: np.ndarray) -> np.ndarray:
+        if not self.normalize_reward:
+            return rewards
+        return np.concatenate([m.scale_reward(part) for m, part in zip(self.members, self._blocks(rewards))])
+
+    def reset_returns(self) -> None:
+        for member in self.members:
+            member.returns[:] = 0.0

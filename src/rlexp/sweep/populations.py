@@ -26,7 +26,8 @@ from rlexp.sweep.trials import REFERENCE_ATTR
 
 # keys that, searched or set, can refuse a population; searched config groups, which can pick what a population
 # refuses
-REFUSED_KEYS = ("agent.normalize_obs", "agent.normalize_reward", "agent.use_sde", "agent.sde", "agent.kl_threshold",
+NORMALIZE_KEYS = ("agent.normalize_obs", "agent.normalize_reward")  # searched: members' flags would differ
+REFUSED_KEYS = ("agent.use_sde", "agent.sde", "agent.kl_threshold",
                 "agent.lr_schedule", "agent.divergence_monitoring_steps", "run.mixed_precision", "run.eval_interval",
                 "buffer.", "init_from", "run.seeds", "run.members")
 GROUPS = ("agent", "model", "buffer", "env", "logger")
@@ -66,7 +67,7 @@ class Populations:
         """Why this sweep's trials can't train their seeds as one population (None: they can)."""
         for key in distributions:
             name = key.lstrip("+~")
-            if name in GROUPS or name.startswith(REFUSED_KEYS):
+            if name in GROUPS or name.startswith(REFUSED_KEYS + NORMALIZE_KEYS):
                 return f"the sweep searches {name}"
         for key, value in fixed.items():
             name = key.lstrip("+~")
@@ -77,7 +78,9 @@ class Populations:
             return f"agent {OmegaConf.select(self.config, 'agent._target_', default=None)} is not importable here"
         if not getattr(cls, "population_support", False):
             return f"{cls.__name__} does not train as a population"
-        for key in ("agent.normalize_obs", "agent.normalize_reward", "agent.use_sde", "agent.kl_threshold"):
+        keys = ("agent.use_sde", "agent.kl_threshold") + (
+            ("agent.normalize_obs", "agent.normalize_reward") if getattr(cls, "off_policy", False) else ())
+        for key in keys:
             if OmegaConf.select(self.config, key, default=None) not in (None, False):
                 return f"{key} is set"
         if int(OmegaConf.select(self.config, "run.eval_interval", default=0) or 0) > 0:

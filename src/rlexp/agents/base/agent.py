@@ -205,8 +205,15 @@ class Agent(PopulationLoop, FitLoop, Acting, Checkpointing, GraphSteps):
         if normalize_obs and self.image_obs:
             raise UserError("agent.normalize_obs=true is for vector observations; image observations are scaled "
                             "to [0, 1] already")
-        self.normalizer = Normalizer(tuple(self.observation_space.shape), self.n_envs, self.gamma,
-                                     bool(normalize_obs), bool(normalize_reward))
+        if self.members is None:
+            self.normalizer = Normalizer(tuple(self.observation_space.shape), self.n_envs, self.gamma,
+                                         bool(normalize_obs), bool(normalize_reward))
+        else:  # each member's own statistics (its own discount: `apply_member_values`)
+            from rlexp.envs.normalize import MemberNormalizers
+
+            self.normalizer = MemberNormalizers([
+                Normalizer(tuple(self.observation_space.shape), self.members.envs, self.gamma, bool(normalize_obs),
+                           bool(normalize_reward)) for _ in range(self.members.count)])
         self.obs_shape = tuple(self.observation_space.shape)
         self.n_actions = int(self.action_space.n) if self.action_kind == "discrete" else int(np.prod(self.action_space.shape))
         if self.action_kind == "multi_discrete" and len(self.action_space.shape) != 1:

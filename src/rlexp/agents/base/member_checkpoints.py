@@ -38,6 +38,10 @@ class MemberCheckpoints:
             full = value
         variable.assign(full)
 
+    def member_normalizer(self, member: int) -> Any:
+        """A member's observation and reward normalisation (`rlexp.envs.normalize.Normalizer`)."""
+        return self.normalizer.members[member]
+
     def member_rng(self, member: int) -> np.random.Generator:
         """The NumPy generator of a member (warm-up actions, replay samples); the agent's where members share it."""
         rngs = getattr(self, "member_rngs", None)
@@ -57,7 +61,7 @@ class MemberCheckpoints:
                 arrays[f"model/{name}/{i}"] = w[member]
         for name, var in self.extra_variables().items():
             arrays[f"var/{name}"] = self._slice(var.numpy(), member)
-        for k, v in self.normalizer.state_dict().items():
+        for k, v in self.member_normalizer(member).state_dict().items():
             arrays[f"normalizer/{k}"] = v
         if full:
             for name, opt in self.optimizers().items():
@@ -118,6 +122,7 @@ class MemberCheckpoints:
                     v.assign(data[f"opt/{name}/{i}"])
         for name, var in self.resume_variables().items():
             self._put(var, member, data[f"resume/{name}"], per_env=True)
+        self.member_normalizer(member).load_state_dict({k[11:]: data[k] for k in data if k.startswith("normalizer/")})
         self.tf_rng.generators[member].reset(data["tf_rng"])
         self.member_rng(member).bit_generator.state = state["rng"]
         if self.buffer is not None:
@@ -158,4 +163,5 @@ class MemberCheckpoints:
         self.restore_state(next((s for s, done in zip(loaded, stopped) if not done), loaded[0]))
         self.members.active.assign([0.0 if r.reason else 1.0 for r in records])
         seeds = [int(np.random.SeedSequence([s, self.steps]).generate_state(1)[0]) for s in self.members.seeds]
-        self._obs = self._reset_envs(seeds, update_statistics=False)
+        self._obs = self._reset_envs(seeds, update_statistics=False)  # normalised with the loaded statistics
+        self.normalizer.reset_returns()

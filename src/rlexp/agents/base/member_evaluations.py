@@ -27,6 +27,7 @@ class MemberView:
         mine = single.models()
         for name, model in population.models().items():
             mine[name].set_weights([w[member] for w in model.get_weights()])
+        single.normalizer.load_state_dict(population.member_normalizer(member).state_dict())
         own = single.extra_variables()
         for name, variable in population.extra_variables().items():
             own[name].assign(population._slice(variable.numpy(), member))

@@ -26,7 +26,7 @@ from rlexp.runs.history import History
 log = logging.getLogger("rlexp")
 
 SUPPORTED = ("PPO, A2C, VPG, TRPO, DQN, QR-DQN, DDPG, TD3, SAC and TQC with dense models on vector observations (float32, uniform "
-             "replay, no obs/reward normalisation, no gSDE)")
+             "replay, obs/reward normalisation on-policy only, no gSDE)")
 MEMBER_RANGES = {"lr": (0.0, 1.0, False), "gamma": (0.0, 1.0, False), "lam": (0.0, 1.0, True), "tau": (0.0, 1.0, False),
                  "clip_norm": (0.0, math.inf, False)}  # (low, high, low included); others: >= 0
 
@@ -69,8 +69,9 @@ def population_members(cls: type, envs: Any, seed: int | None, seeds: int | Sequ
     if per_member is None or len(getattr(envs, "members", ())) != len(seeds):
         raise UserError(f"a population of {len(seeds)} members needs each member's envs: build them with "
                         f"rlexp.envs.make_member_envs(env_id, n_envs, seeds={seeds})")
-    refused = {"normalize_obs": bool(params.get("normalize_obs")),
-               "normalize_reward": bool(params.get("normalize_reward")),
+    off_policy = getattr(cls, "off_policy", False)  # its replay samples are normalised: not per member yet
+    refused = {"normalize_obs": off_policy and bool(params.get("normalize_obs")),
+               "normalize_reward": off_policy and bool(params.get("normalize_reward")),
                "use_sde": bool(params.get("use_sde") or params.get("sde")),
                "divergence_monitoring_steps": params.get("divergence_monitoring_steps") is not None,
                "kl_threshold": params.get("kl_threshold") is not None,
@@ -208,6 +209,9 @@ class PopulationLoop(MemberCheckpoints):
                                 "momentum carries over; use agent.opt_momentum=0")
             array = np.asarray(numbers, np.float32)
             self.member_values[key] = numbers
+            if key == "gamma":  # each member's reward scaling discounts with its own gamma
+                for normalizer, gamma in zip(self.normalizer.members, numbers):
+                    normalizer.gamma = gamma
             if key == "lr":
                 self.lr = float(array.max())  # the schedules' base; each member's steps scaled to its own rate
                 self.members.lr_scale = tf.constant(array / array.max())
